@@ -1,0 +1,44 @@
+# dsv41 - plain Makefile. `make` builds the library and the dsv41 program; `make test` runs the suite.
+CC      ?= gcc
+CFLAGS  ?= -O2
+# -ffp-contract=off: the reference's rounding points assume no fused multiply-adds
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -ffp-contract=off -Iinclude -Isrc
+LDLIBS  = -lm -lpthread
+
+LIB_SRC = $(wildcard src/*.c)
+LIB_OBJ = $(LIB_SRC:src/%.c=build/%.o) build/tiny_model.o
+TESTS   = $(patsubst tests/%.c,build/%,$(wildcard tests/test_*.c))
+
+all: dsv41
+
+build/%.o: src/%.c $(wildcard src/*.h) include/dsv41.h | build
+	$(CC) $(CFLAGS) -c $< -o $@
+
+build/embed: tools/embed.c | build
+	$(CC) $(CFLAGS) $< -o $@
+
+build/tiny_model.c: models/tiny.json build/embed
+	build/embed $< tiny_model_json > $@.tmp && mv $@.tmp $@
+
+build/tiny_model.o: build/tiny_model.c
+	$(CC) $(CFLAGS) -c $< -o $@
+
+build/libdsv41.a: $(LIB_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+dsv41: cli/main.c build/libdsv41.a
+	$(CC) $(CFLAGS) $< build/libdsv41.a $(LDLIBS) -o $@
+
+build/test_%: tests/test_%.c tests/testing.h build/libdsv41.a
+	$(CC) $(CFLAGS) $< build/libdsv41.a $(LDLIBS) -o $@
+
+build:
+	mkdir -p build
+
+test: dsv41 $(TESTS)
+	tests/run.sh $(TESTS)
+
+clean:
+	rm -rf build dsv41
+
+.PHONY: all test clean

@@ -1,0 +1,122 @@
+/* main.c - the dsv41 command-line program. It uses only the public header. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dsv41.h"
+
+static int usage(void) {
+    fprintf(stderr,
+            "usage: dsv41 <command> [options]\n"
+            "  check GOLDEN.json           run a golden file's regimes and compare every capture\n"
+            "  run [--ids A,B,C] [-n N]    prefill the ids on the built-in tiny model, decode N tokens greedily\n");
+    return 2;
+}
+
+static int fail(const char *what) {
+    fprintf(stderr, "dsv41: %s\n", what);
+    return 1;
+}
+
+static int cmd_check(int argc, char **argv) {
+    if (argc != 1) { fprintf(stderr, "usage: dsv41 check GOLDEN.json\n"); return 2; }
+    dsv41_golden *g = dsv41_golden_load(argv[0]);
+    if (!g) return fail(dsv41_error());
+    dsv41_model *m = dsv41_model_from_golden(g);
+    if (!m) { dsv41_golden_free(g); return fail(dsv41_error()); }
+    int32_t passed, failed;
+    int rc = dsv41_golden_check(g, m, stdout, &passed, &failed);
+    dsv41_model_free(m);
+    dsv41_golden_free(g);
+    if (rc) return fail(dsv41_error());
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* "2,17,47" -> ids; returns the count or -1 */
+static int parse_ids(const char *s, int32_t *ids, int cap) {
+    int n = 0;
+    while (*s) {
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (end == s || errno || v < 0 || v > 0x7FFFFFFF || n == cap || (*end && *end != ',')) return -1;
+        ids[n++] = (int32_t)v;
+        s = *end ? end + 1 : end;
+    }
+    return n;
+}
+
+static int32_t argmax(const float *v, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (v[i] > v[best]) best = i;
+    return best;
+}
+
+static int cmd_run(int argc, char **argv) {
+    int32_t ids[4096];
+    int n_ids = 0;
+    long n_new = 16;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--ids") && i + 1 < argc) {
+            n_ids = parse_ids(argv[++i], ids, 4096);
+            if (n_ids <= 0) return fail("run: --ids wants comma-separated non-negative integers");
+        } else if (!strcmp(argv[i], "-n") && i + 1 < argc) {
+            char *end;
+            n_new = strtol(argv[++i], &end, 10);
+            if (*end || n_new < 0) return fail("run: -n wants a non-negative integer");
+        } else {
+            fprintf(stderr, "dsv41: run: unknown argument '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    if (n_ids == 0) return fail("run: give the prompt as --ids A,B,C");
+    dsv41_model *m = dsv41_model_builtin();
+    if (!m) return fail(dsv41_error());
+    int32_t V = dsv41_model_vocab_size(m), ctx = dsv41_model_max_seq_len(m);
+    if ((long)n_ids + n_new > ctx) {
+        fprintf(stderr, "dsv41: run: %d prompt tokens + %ld new tokens exceed the context of %d\n", n_ids, n_new, ctx);
+        dsv41_model_free(m);
+        return 1;
+    }
+    dsv41_session *s = dsv41_session_new(m);
+    float *logits = malloc((size_t)V * sizeof *logits);
+    if (!s || !logits) { free(logits); dsv41_session_free(s); dsv41_model_free(m); return fail("out of memory"); }
+    int rc = 0;
+    double t0 = now_s();
+    if (dsv41_session_forward(s, ids, n_ids, logits, NULL)) rc = fail(dsv41_error());
+    double t1 = now_s();
+    for (long i = 0; rc == 0 && i < n_new; i++) {
+        int32_t next = argmax(logits, V);
+        printf("%s%d", i ? "," : "", next);
+        if (i + 1 < n_new && dsv41_session_forward(s, &next, 1, logits, NULL)) rc = fail(dsv41_error());
+    }
+    double t2 = now_s();
+    if (rc == 0) {
+        printf("%s", n_new ? "\n" : "");
+        double gen = n_new > 1 ? (double)(n_new - 1) / (t2 - t1) : 0.0;
+        printf("prompt: %d tokens, %.1f tok/s | generated: %ld tokens, %.1f tok/s\n", n_ids, n_ids / (t1 - t0), n_new, gen);
+    }
+    free(logits);
+    dsv41_session_free(s);
+    dsv41_model_free(m);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) return usage();
+    if (!strcmp(argv[1], "check")) return cmd_check(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "run")) return cmd_run(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) { usage(); return 0; }
+    fprintf(stderr, "dsv41: unknown command '%s'\n", argv[1]);
+    return usage();
+}

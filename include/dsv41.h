@@ -1,0 +1,60 @@
+/* dsv41.h - the DeepSeek-V4.1 inference library: the one public header.
+ *
+ * A model holds a config and its weights; a session is one sequence's state (caches, rings,
+ * the shared slots) and advances by forward calls: a prefill of n >= 1 tokens at position 0,
+ * then one token per decode call. Every function that can fail returns NULL or a negative
+ * value and leaves a one-line message in dsv41_error(). */
+#ifndef DSV41_H
+#define DSV41_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dsv41_model dsv41_model;
+typedef struct dsv41_session dsv41_session;
+typedef struct dsv41_trace dsv41_trace;
+typedef struct dsv41_golden dsv41_golden;
+
+/* The last error of this thread, one line without a newline. */
+const char *dsv41_error(void);
+
+/* ---- models */
+/* The built-in tiny model: the golden fixture's geometry with filler weights (no files). */
+dsv41_model *dsv41_model_builtin(void);
+/* The model a golden file describes: its fixture config and weights_meta filler weights. */
+dsv41_model *dsv41_model_from_golden(const dsv41_golden *g);
+void dsv41_model_free(dsv41_model *m);
+int32_t dsv41_model_vocab_size(const dsv41_model *m);
+int32_t dsv41_model_max_seq_len(const dsv41_model *m);
+
+/* ---- sessions */
+dsv41_session *dsv41_session_new(const dsv41_model *m);
+void dsv41_session_free(dsv41_session *s);
+int32_t dsv41_session_pos(const dsv41_session *s);
+/* Feed n token ids: n >= 1 at position 0 (prefill) or n == 1 later (decode). logits, when not
+ * NULL, receives the f32 logits [vocab_size] of the last token. trace, when not NULL, records
+ * every intermediate the golden names. Returns 0, or -1 on bad input. */
+int dsv41_session_forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logits, dsv41_trace *trace);
+
+/* ---- traces */
+dsv41_trace *dsv41_trace_new(void);
+void dsv41_trace_free(dsv41_trace *t);
+void dsv41_trace_clear(dsv41_trace *t);
+
+/* ---- golden files (format: GOLDEN.md) */
+dsv41_golden *dsv41_golden_load(const char *path);
+void dsv41_golden_free(dsv41_golden *g);
+/* Runs every regime of g in order on fresh sessions of m (one per batch row) and compares
+ * every capture against the golden's bars. Writes one line per failing capture to report.
+ * Returns 0 with the counts filled, or -1 when the golden is malformed or disagrees with m. */
+int dsv41_golden_check(const dsv41_golden *g, const dsv41_model *m, FILE *report, int32_t *passed, int32_t *failed);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,201 @@
+/* attention.c - DeepSeek-V4.1 attention for any compress ratio.
+ *
+ * One latent KV row per token serves as both key and value (MQA with K = V). Each query sees a
+ * sliding window of the last window_size rows and, on compressed layers, the top-k compressed
+ * entries the indexer picked; both lists go through one sparse softmax with a per-head sink
+ * logit that joins the denominator only. The output is un-rotated, then projected by the
+ * grouped low-rank wo_a (block-diagonal over o_groups) and wo_b.
+ *
+ * The window ring keeps position p in slot p % window_size. A prefill reads its own chunk
+ * (each row sees its causal window inside the chunk) and then seeds the ring; a decode step
+ * writes its slot first and reads the whole ring oldest first. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "numerics.h"
+#include "scratch.h"
+
+static int rope_table_init(dsv41_model *m, rope_table *rt, float base, int yarn) {
+    const config *c = &m->cfg;
+    int32_t half = c->rope_head_dim / 2;
+    float freq[1024];
+    if (half > 1024) return set_error("config: rope_head_dim too large");
+    for (int32_t k = 0; k < half; k++) freq[k] = 1.0f / powf(base, (float)(2 * k) / (float)c->rope_head_dim);
+    if (yarn) {
+        /* YaRN: pairs that rotate faster than beta_fast turns over original_seq_len keep their
+         * frequency, slower than beta_slow are divided by rope_factor, a linear ramp between */
+        const double two_pi = 6.283185307179586;
+        double dim = c->rope_head_dim, orig = c->original_seq_len, lb = log((double)base);
+        double lo = floor(dim * log(orig / ((double)c->beta_fast * two_pi)) / (2.0 * lb));
+        double hi = ceil(dim * log(orig / ((double)c->beta_slow * two_pi)) / (2.0 * lb));
+        float low = (float)(lo < 0 ? 0 : lo), high = (float)(hi > dim - 1 ? dim - 1 : hi);
+        for (int32_t k = 0; k < half; k++) {
+            float ramp = ((float)k - low) / fmaxf(high - low, 1e-3f);
+            ramp = ramp < 0.0f ? 0.0f : ramp > 1.0f ? 1.0f : ramp;
+            float smooth = 1.0f - ramp;
+            freq[k] = freq[k] / c->rope_factor * (1.0f - smooth) + freq[k] * smooth;
+        }
+    }
+    size_t n = (size_t)c->max_seq_len * (size_t)half;
+    rt->cos = model_alloc(m, n * sizeof(float));
+    rt->sin = model_alloc(m, n * sizeof(float));
+    if (!rt->cos || !rt->sin) return set_error("out of memory");
+    for (int32_t p = 0; p < c->max_seq_len; p++)
+        for (int32_t k = 0; k < half; k++) {
+            float a = (float)p * freq[k];
+            rt->cos[(size_t)p * half + k] = cosf(a);
+            rt->sin[(size_t)p * half + k] = sinf(a);
+        }
+    return 0;
+}
+
+int rope_init(dsv41_model *m) {
+    const config *c = &m->cfg;
+    return rope_table_init(m, &m->rope_plain, c->rope_theta, 0) ||
+           rope_table_init(m, &m->rope_yarn, c->compress_rope_theta, c->original_seq_len > 0);
+}
+
+/* x [row_len]: rotate the last rope_dim values as interleaved (re, im) pairs by the angle of
+ * position pos (or its conjugate), in f32, each result rounded to bf16 */
+void rope_apply(const rope_table *rt, float *x, int64_t row_len, int32_t rope_dim, int64_t pos, int inverse) {
+    int32_t half = rope_dim / 2;
+    float *tail = x + row_len - rope_dim;
+    const float *cs = rt->cos + pos * half, *sn = rt->sin + pos * half;
+    for (int32_t k = 0; k < half; k++) {
+        float c = cs[k], s = inverse ? -sn[k] : sn[k], a = tail[2 * k], b = tail[2 * k + 1];
+        tail[2 * k] = bf16_round(a * c - b * s);
+        tail[2 * k + 1] = bf16_round(a * s + b * c);
+    }
+}
+
+/* q [T][H][D], kv [rows][D], sink [H], idx [T][width] (-1: none) -> o [T][H][D] bf16.
+ * softmax over the picked rows with the sink in the max and the denominator only. */
+static void sparse_attn(const float *q, const float *kv, const float *sink, const int32_t *idx, int64_t T, int32_t H,
+                        int32_t D, int32_t width, float scale, float *o, float *score) {
+    for (int64_t t = 0; t < T; t++) {
+        const int32_t *ids = idx + t * width;
+        for (int32_t h = 0; h < H; h++) {
+            const float *qv = q + (t * H + h) * D;
+            float mx = sink[h];
+            for (int32_t j = 0; j < width; j++) {
+                if (ids[j] < 0) { score[j] = -INFINITY; continue; }
+                const float *k = kv + (int64_t)ids[j] * D;
+                float dot = 0.0f;
+                for (int32_t d = 0; d < D; d++) dot += qv[d] * k[d];
+                score[j] = dot * scale;
+                mx = fmaxf(mx, score[j]);
+            }
+            float denom = expf(sink[h] - mx);
+            for (int32_t j = 0; j < width; j++) {
+                score[j] = expf(score[j] - mx);
+                denom += score[j];
+            }
+            float *ov = o + (t * H + h) * D;
+            memset(ov, 0, (size_t)D * sizeof *ov);
+            for (int32_t j = 0; j < width; j++) {
+                if (ids[j] < 0) continue;
+                float p = score[j] / denom;
+                const float *k = kv + (int64_t)ids[j] * D;
+                for (int32_t d = 0; d < D; d++) ov[d] += p * k[d];
+            }
+            for (int32_t d = 0; d < D; d++) ov[d] = bf16_round(ov[d]);
+        }
+    }
+}
+
+/* Write this call's KV rows into the ring and return the rows attention reads: the chunk
+ * itself in a prefill, the whole ring in a decode. idx [T][width] gets the window indices. */
+static int32_t window_update(dsv41_session *s, int32_t l, const float *kv, int64_t T, float *rows, int32_t *idx,
+                             int32_t stride) {
+    const config *c = &s->m->cfg;
+    int32_t W = c->window_size, hd = c->head_dim, pos = s->pos;
+    float *ring = s->layers[l].window;
+    if (pos == 0) {
+        memcpy(rows, kv, (size_t)T * hd * sizeof *rows);
+        for (int64_t p = T > W ? T - W : 0; p < T; p++) memcpy(ring + (p % W) * hd, kv + p * hd, (size_t)hd * sizeof *kv);
+        int32_t width = T < W ? (int32_t)T : W;
+        for (int64_t t = 0; t < T; t++) {
+            int64_t base = t - W + 1 > 0 ? t - W + 1 : 0;
+            for (int32_t j = 0; j < width; j++) idx[t * stride + j] = base + j <= t ? (int32_t)(base + j) : -1;
+        }
+        return (int32_t)T;
+    }
+    memcpy(ring + (pos % W) * hd, kv, (size_t)hd * sizeof *kv);
+    memcpy(rows, ring, (size_t)W * hd * sizeof *rows);
+    for (int32_t j = 0; j < W; j++) {
+        int32_t slot = (pos % W + 1 + j) % W;
+        idx[j] = slot > pos ? -1 : slot;
+    }
+    return W;
+}
+
+/* x [T][dim] (attn_in) -> out [T][dim]; advances this layer's ring, caches and the shared slots */
+void attention(dsv41_session *s, int32_t l, const float *x, int64_t T, float *out, dsv41_trace *tr) {
+    const dsv41_model *m = s->m;
+    const config *c = &m->cfg;
+    const layer_weights *L = &m->layers[l];
+    int32_t H = c->n_heads, hd = c->head_dim, rd = c->rope_head_dim, W = c->window_size, ratio = c->compress_ratio[l];
+    int32_t G = c->o_groups, orank = c->o_lora_rank, gw = H * hd / G, pos = s->pos;
+    const rope_table *rt = ratio ? &m->rope_yarn : &m->rope_plain;
+    int64_t clen = ratio ? (pos + T) / ratio : 0, wrows = pos == 0 ? T : W;
+    int32_t wwidth = pos == 0 ? (int32_t)(T < W ? T : W) : W, cmax = ratio ? c->index_topk : 0;
+    int32_t stride = wwidth + cmax;
+    scratch_mark mark = scratch_begin();
+    float *qr = scratch_f32(T * c->q_lora_rank), *q = scratch_f32(T * H * hd), *kv = scratch_f32(T * hd);
+    float *rows = scratch_f32((wrows + clen) * hd), *o = scratch_f32(T * H * hd), *og = scratch_f32(T * G * orank);
+    float *score = scratch_f32(stride);
+    int32_t *idx = scratch_i32(T * stride);
+
+    float *tmp = scratch_f32(T * (c->q_lora_rank > hd ? c->q_lora_rank : hd));
+    linear(&L->wq_a, x, T, tmp);
+    rms_norm(tmp, L->q_norm, T, c->q_lora_rank, c->norm_eps, qr);
+    linear(&L->wq_b, qr, T, q);
+    for (int64_t t = 0; t < T; t++)
+        for (int32_t h = 0; h < H; h++) rope_apply(rt, q + (t * H + h) * hd, hd, rd, pos + t, 0);
+    linear(&L->wkv, x, T, tmp);
+    rms_norm(tmp, L->kv_norm, T, hd, c->norm_eps, kv);
+    for (int64_t t = 0; t < T; t++) rope_apply(rt, kv + t * hd, hd, rd, pos + t, 0);
+    fp8_fake_quant(kv, (size_t)(T * hd));
+    int32_t nrows = window_update(s, l, kv, T, rows, idx, stride), width = wwidth;
+
+    if (ratio) {
+        shared_slots *sh = &s->shared;
+        float *latent = scratch_f32(T * hd);
+        int64_t nlat = 0;
+        if (c->is_kv_source[l]) {
+            nlat = compressor(s, l, x, T, latent);
+            sh->compress_kv = s->layers[l].ckv;
+        }
+        /* the indexer scores the latent before it is rotated and quantized */
+        if (c->is_index_source[l] && clen > 0) indexer(s, l, x, qr, latent, nlat, T, nrows);
+        if (nlat > 0) {
+            for (int64_t g = 0; g < nlat; g++)
+                rope_apply(rt, latent + g * hd, hd, rd, pos == 0 ? g * ratio : pos + 1 - ratio, 0);
+            fp4_fake_quant_e4m3(latent, (size_t)(nlat * hd), 16);
+            memcpy(s->layers[l].ckv + (int64_t)(pos / ratio) * hd, latent, (size_t)(nlat * hd) * sizeof *latent);
+        }
+        if (clen > 0) memcpy(rows + (int64_t)nrows * hd, sh->compress_kv, (size_t)(clen * hd) * sizeof *rows);
+        int32_t cw = sh->topk_rows == T ? sh->topk_width : 0;
+        for (int64_t t = 0; t < T; t++) memcpy(idx + t * stride + wwidth, sh->topk + t * cw, (size_t)cw * sizeof *idx);
+        width = wwidth + cw;
+        if (width < stride) /* pack rows of `width` entries */
+            for (int64_t t = 1; t < T; t++) memmove(idx + t * width, idx + t * stride, (size_t)width * sizeof *idx);
+    } else if (width < stride) {
+        for (int64_t t = 1; t < T; t++) memmove(idx + t * width, idx + t * stride, (size_t)width * sizeof *idx);
+    }
+    trace_f32(tr, q, 4, (int64_t[]){1, T, H, hd}, "L%d.sa_q", l);
+    trace_f32(tr, rows, 3, (int64_t[]){1, nrows + clen, hd}, "L%d.sa_kv", l);
+    trace_i32(tr, idx, 3, (int64_t[]){1, T, width}, "L%d.sa_topk_idxs", l);
+
+    sparse_attn(q, rows, L->attn_sink, idx, T, H, hd, width, powf((float)hd, -0.5f), o, score);
+    trace_f32(tr, o, 4, (int64_t[]){1, T, H, hd}, "L%d.sa_o", l);
+    for (int64_t t = 0; t < T; t++)
+        for (int32_t h = 0; h < H; h++) rope_apply(rt, o + (t * H + h) * hd, hd, rd, pos + t, 1);
+    for (int64_t t = 0; t < T; t++)
+        for (int32_t g = 0; g < G; g++)
+            linear_rows(&L->wo_a, (int64_t)g * orank, orank, o + t * H * hd + g * gw, 1, gw, og + (t * G + g) * orank);
+    linear(&L->wo_b, og, T, out);
+    scratch_end(mark);
+}

@@ -1,0 +1,222 @@
+/* config.c - the model config, read from a fixture-shaped JSON object.
+ *
+ * The golden's "fixture" and the built-in models/tiny.json share one schema (ModelArgs field
+ * names plus an "engram" object holding the hash tables), so one reader serves both. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+#include "model.h"
+
+static _Thread_local char error_buf[512];
+
+int set_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(error_buf, sizeof error_buf, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+const char *dsv41_error(void) { return error_buf; }
+
+static const json *need(const json *o, const char *key, json_type t) {
+    const json *v = json_get(o, key);
+    if (!v) { set_error("config: missing key '%s'", key); return NULL; }
+    if (v->type != t && !(t == JSON_NUM && v->type == JSON_BOOL)) {
+        set_error("config: key '%s' has the wrong type", key);
+        return NULL;
+    }
+    return v;
+}
+
+static int get_int(const json *o, const char *key, int32_t lo, int32_t hi, int32_t *out) {
+    const json *v = need(o, key, JSON_NUM);
+    if (!v) return -1;
+    if (!v->is_int || json_i64(v) < lo || json_i64(v) > hi)
+        return set_error("config: '%s' must be an integer in [%d, %d]", key, lo, hi);
+    *out = (int32_t)json_i64(v);
+    return 0;
+}
+
+static int get_float(const json *o, const char *key, float *out) {
+    const json *v = need(o, key, JSON_NUM);
+    if (!v) return -1;
+    *out = (float)v->num;
+    return 0;
+}
+
+/* An integer list of at most cap entries with values in [lo, hi]; returns its length or -1. */
+static int get_int_list(const json *o, const char *key, int64_t lo, int64_t hi, int64_t *out, int cap) {
+    const json *v = need(o, key, JSON_ARR);
+    if (!v) return -1;
+    if ((int)v->len > cap) return set_error("config: '%s' has more than %d entries", key, cap);
+    for (size_t i = 0; i < v->len; i++) {
+        const json *e = &v->items[i];
+        if (e->type != JSON_NUM || !e->is_int || json_i64(e) < lo || json_i64(e) > hi)
+            return set_error("config: '%s'[%zu] must be an integer in [%lld, %lld]", key, i, (long long)lo, (long long)hi);
+        out[i] = json_i64(e);
+    }
+    return (int)v->len;
+}
+
+int config_engram_index(const config *c, int32_t layer) {
+    for (int i = 0; i < c->n_engram; i++)
+        if (c->engram_layer[i] == layer) return i;
+    return -1;
+}
+
+static int read_engram(config *c, const json *fx) {
+    int64_t tmp[MAX_LAYERS];
+    int n = get_int_list(fx, "engram_layer_ids", 0, c->n_layers - 1, tmp, MAX_ENGRAM);
+    if (n < 0) return -1;
+    c->n_engram = n;
+    for (int i = 0; i < n; i++) {
+        c->engram_layer[i] = (int32_t)tmp[i];
+        if (i > 0 && tmp[i] <= tmp[i - 1]) return set_error("config: engram_layer_ids must ascend");
+    }
+    if (get_int(fx, "engram_max_ngram_size", 2, MAX_NGRAM, &c->engram_max_ngram) ||
+        get_int(fx, "engram_n_heads", 1, MAX_HASH_COLS, &c->engram_n_heads) ||
+        get_int(fx, "engram_head_dim", 32, 1 << 16, &c->engram_head_dim))
+        return -1;
+    if (c->engram_head_dim % 32) return set_error("config: engram_head_dim must be a multiple of 32");
+    int cols = engram_cols(c);
+    if (cols > MAX_HASH_COLS) return set_error("config: too many engram hash columns (%d)", cols);
+    if (n == 0) return 0;
+    if (get_int_list(fx, "engram_num_embeddings", 1, INT64_MAX, c->engram_rows, MAX_ENGRAM) != n)
+        return set_error("config: engram_num_embeddings must have one entry per engram layer");
+    const json *e = need(fx, "engram", JSON_OBJ);
+    if (!e) return -1;
+    const json *pad = need(e, "pad_id_compressed", JSON_NUM), *mult = need(e, "multipliers", JSON_ARR),
+               *primes = need(e, "primes", JSON_ARR), *offs = need(e, "offsets", JSON_ARR);
+    if (!pad || !mult || !primes || !offs) return -1;
+    c->engram_pad = json_i64(pad);
+    if (mult->len != (size_t)n || primes->len != (size_t)n || offs->len != (size_t)n)
+        return set_error("config: engram tables must have one entry per engram layer");
+    c->engram_token_map = malloc((size_t)c->vocab_size * sizeof *c->engram_token_map);
+    if (!c->engram_token_map) return set_error("config: out of memory");
+    const json *tm = json_get(e, "token_map");
+    for (int32_t i = 0; i < c->vocab_size; i++) {
+        const json *v = tm ? json_at(tm, (size_t)i) : NULL;
+        if (tm && (!v || v->type != JSON_NUM || tm->len != (size_t)c->vocab_size))
+            return set_error("config: engram token_map must hold vocab_size integers");
+        c->engram_token_map[i] = v ? json_i64(v) : i; /* absent: the identity map */
+    }
+    for (int li = 0; li < n; li++) {
+        const json *ml = &mult->items[li], *pl = &primes->items[li], *ol = &offs->items[li];
+        if (ml->type != JSON_ARR || ml->len != (size_t)c->engram_max_ngram)
+            return set_error("config: engram multipliers[%d] must have max_ngram_size entries", li);
+        for (int i = 0; i < c->engram_max_ngram; i++) c->engram_mult[li][i] = json_i64(&ml->items[i]);
+        if (pl->type != JSON_ARR || pl->len != (size_t)(c->engram_max_ngram - 1))
+            return set_error("config: engram primes[%d] must have max_ngram_size-1 entries", li);
+        if (ol->type != JSON_ARR || ol->len != (size_t)cols)
+            return set_error("config: engram offsets[%d] must have %d entries", li, cols);
+        int64_t rows = 0;
+        for (int g = 0; g < c->engram_max_ngram - 1; g++) {
+            const json *ph = &pl->items[g];
+            if (ph->type != JSON_ARR || ph->len != (size_t)c->engram_n_heads)
+                return set_error("config: engram primes[%d][%d] must have n_heads entries", li, g);
+            for (int h = 0; h < c->engram_n_heads; h++) {
+                int col = g * c->engram_n_heads + h;
+                c->engram_prime[li][col] = json_i64(&ph->items[h]);
+                c->engram_offset[li][col] = json_i64(&ol->items[col]);
+                if (c->engram_prime[li][col] < 1 || c->engram_offset[li][col] != rows)
+                    return set_error("config: engram offsets[%d] are not the prefix sums of its primes", li);
+                rows += c->engram_prime[li][col];
+            }
+        }
+        if (rows != c->engram_rows[li])
+            return set_error("config: engram layer %d has %lld rows but its primes sum to %lld", c->engram_layer[li],
+                             (long long)c->engram_rows[li], (long long)rows);
+    }
+    return 0;
+}
+
+/* kv / index sources are the layers that own the compressor and the indexer; every compressed
+ * layer reads the most recent source at or before it, so one must exist. */
+static int read_roles(config *c, const json *fx) {
+    int64_t tmp[MAX_LAYERS];
+    if (get_int_list(fx, "compress_ratios", 0, 1 << 20, tmp, MAX_LAYERS) < c->n_layers)
+        return set_error("config: compress_ratios must have at least n_layers entries");
+    for (int l = 0; l < c->n_layers; l++) c->compress_ratio[l] = (int32_t)tmp[l];
+    int n = get_int_list(fx, "kv_source_layers", 0, c->n_layers - 1, tmp, MAX_LAYERS);
+    if (n < 0) return -1;
+    for (int i = 0; i < n; i++) c->is_kv_source[tmp[i]] = 1;
+    n = get_int_list(fx, "index_source_layers", 0, c->n_layers - 1, tmp, MAX_LAYERS);
+    if (n < 0) return -1;
+    for (int i = 0; i < n; i++) c->is_index_source[tmp[i]] = 1;
+    int kv_src = -1, idx_src = -1;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->is_kv_source[l]) kv_src = l;
+        if (c->is_index_source[l]) idx_src = l;
+        if (c->compress_ratio[l] == 0) {
+            if (c->is_kv_source[l] || c->is_index_source[l])
+                return set_error("config: layer %d is a kv/index source but has compress ratio 0", l);
+            continue;
+        }
+        if (kv_src < 0 || idx_src < 0)
+            return set_error("config: compressed layer %d has no kv source and index source at or before it", l);
+        if (c->compress_ratio[kv_src] != c->compress_ratio[l])
+            return set_error("config: layer %d's ratio differs from its kv source %d", l, kv_src);
+        if (c->is_kv_source[l] && !c->is_index_source[l])
+            return set_error("config: kv source %d must also be an index source", l);
+    }
+    const json *cs = need(fx, "candidate_source_layer", JSON_NUM);
+    if (!cs) return -1;
+    c->candidate_source_layer = cs->type == JSON_NUM && cs->is_int ? (int32_t)json_i64(cs) : -1;
+    if (c->candidate_source_layer >= c->n_layers ||
+        (c->candidate_source_layer >= 0 && !c->is_index_source[c->candidate_source_layer]))
+        return set_error("config: candidate_source_layer must be an index source");
+    return 0;
+}
+
+int config_from_fixture(config *c, const json *fx) {
+    memset(c, 0, sizeof *c);
+    if (!fx || fx->type != JSON_OBJ) return set_error("config: not a JSON object");
+    const int32_t BIG = 1 << 30;
+    if (get_int(fx, "vocab_size", 1, BIG, &c->vocab_size) || get_int(fx, "dim", 32, BIG, &c->dim) ||
+        get_int(fx, "n_layers", 1, MAX_LAYERS, &c->n_layers) || get_int(fx, "n_heads", 1, BIG, &c->n_heads) ||
+        get_int(fx, "head_dim", 32, BIG, &c->head_dim) || get_int(fx, "rope_head_dim", 2, BIG, &c->rope_head_dim) ||
+        get_int(fx, "q_lora_rank", 1, BIG, &c->q_lora_rank) || get_int(fx, "o_lora_rank", 1, BIG, &c->o_lora_rank) ||
+        get_int(fx, "o_groups", 1, BIG, &c->o_groups) || get_int(fx, "window_size", 1, BIG, &c->window_size) ||
+        get_int(fx, "moe_inter_dim", 1, BIG, &c->moe_inter_dim) ||
+        get_int(fx, "n_routed_experts", 1, BIG, &c->n_routed_experts) ||
+        get_int(fx, "n_shared_experts", 0, BIG, &c->n_shared_experts) ||
+        get_int(fx, "n_activated_experts", 1, BIG, &c->n_activated_experts) ||
+        get_int(fx, "candidate_topk_blocks", 1, BIG, &c->candidate_topk_blocks) ||
+        get_int(fx, "candidate_block_size", 1, BIG, &c->candidate_block_size) ||
+        get_int(fx, "index_n_heads", 1, BIG, &c->index_n_heads) ||
+        get_int(fx, "index_head_dim", 32, BIG, &c->index_head_dim) ||
+        get_int(fx, "index_topk", 1, BIG, &c->index_topk) || get_int(fx, "hc_mult", 1, 64, &c->hc_mult) ||
+        get_int(fx, "hc_sinkhorn_iters", 1, 1000, &c->hc_sinkhorn_iters) ||
+        get_int(fx, "original_seq_len", 0, BIG, &c->original_seq_len) ||
+        get_int(fx, "max_seq_len", 1, BIG, &c->max_seq_len) || get_float(fx, "route_scale", &c->route_scale) ||
+        get_float(fx, "swiglu_limit", &c->swiglu_limit) || get_float(fx, "gate_temp", &c->gate_temp) ||
+        get_float(fx, "hc_eps", &c->hc_eps) || get_float(fx, "norm_eps", &c->norm_eps) ||
+        get_float(fx, "rope_theta", &c->rope_theta) || get_float(fx, "compress_rope_theta", &c->compress_rope_theta) ||
+        get_float(fx, "rope_factor", &c->rope_factor) || get_float(fx, "beta_fast", &c->beta_fast) ||
+        get_float(fx, "beta_slow", &c->beta_slow))
+        return -1;
+    const json *ntp = need(fx, "norm_topk_prob", JSON_BOOL), *sf = need(fx, "score_func", JSON_STR);
+    if (!ntp || !sf) return -1;
+    c->norm_topk_prob = ntp->num != 0;
+    if (strcmp(sf->str, "sqrtsoftplus") != 0)
+        return set_error("config: score_func '%s' is not supported (only sqrtsoftplus)", sf->str);
+    if (c->head_dim % 32 || c->index_head_dim % 32)
+        return set_error("config: head_dim and index_head_dim must be multiples of 32 (quant blocks)");
+    if (c->rope_head_dim % 2 || c->rope_head_dim > c->head_dim || c->rope_head_dim > c->index_head_dim)
+        return set_error("config: rope_head_dim must be even and fit in head_dim and index_head_dim");
+    if ((c->n_heads * c->head_dim) % c->o_groups)
+        return set_error("config: n_heads*head_dim must divide into o_groups");
+    if (c->n_activated_experts > c->n_routed_experts)
+        return set_error("config: n_activated_experts exceeds n_routed_experts");
+    if (read_roles(c, fx) || read_engram(c, fx)) { config_free(c); return -1; }
+    return 0;
+}
+
+void config_free(config *c) {
+    free(c->engram_token_map);
+    c->engram_token_map = NULL;
+}

@@ -1,0 +1,84 @@
+/* engram.c - Engram n-gram hash memory, applied to the residual streams before a layer.
+ *
+ * Each position hashes the compressed ids of itself and up to max_ngram-1 predecessors
+ * (n-grams of size 2..max_ngram, engram_n_heads hashes each) into rows of a large fp8 table.
+ * The gathered rows are projected to one key per residual copy plus a shared value; each copy
+ * adds the value scaled by a sigmoid gate on its normalized dot product with its key. The id
+ * cache persists across calls so a decode step looks back into the prefill. */
+#include <math.h>
+#include <string.h>
+
+#include "model.h"
+#include "numerics.h"
+#include "scratch.h"
+
+/* ids [T] at s->pos -> out [T][n_engram][cols] global table rows */
+void engram_hash(dsv41_session *s, const int32_t *ids, int64_t T, int64_t *out) {
+    const config *c = &s->m->cfg;
+    int32_t ng = c->engram_max_ngram, nh = c->engram_n_heads, cols = engram_cols(c);
+    for (int64_t t = 0; t < T; t++) s->ngram_cache[s->pos + t] = c->engram_token_map[ids[t]];
+    for (int64_t t = 0; t < T; t++) {
+        int64_t pos = s->pos + t, tok[MAX_NGRAM];
+        int blocked = 0; /* once a look-back is blocked, every further one is pad */
+        for (int32_t sh = 0; sh < ng; sh++) {
+            int64_t src = s->ngram_cache[pos >= sh ? pos - sh : 0];
+            blocked = blocked || pos < sh || src == -1;
+            tok[sh] = blocked ? c->engram_pad : src;
+        }
+        for (int32_t li = 0; li < c->n_engram; li++) {
+            uint64_t rolling = (uint64_t)tok[0] * (uint64_t)c->engram_mult[li][0];
+            int64_t *o = out + (t * c->n_engram + li) * cols;
+            for (int32_t i = 1; i < ng; i++) {
+                rolling ^= (uint64_t)tok[i] * (uint64_t)c->engram_mult[li][i];
+                for (int32_t h = 0; h < nh; h++) {
+                    int32_t col = (i - 1) * nh + h;
+                    int64_t p = c->engram_prime[li][col], r = (int64_t)rolling % p;
+                    o[col] = (r < 0 ? r + p : r) + c->engram_offset[li][col];
+                }
+            }
+        }
+    }
+}
+
+/* h [T][hc][dim] in place, hashes [T][n_engram][cols] */
+void engram_forward(const dsv41_model *m, int32_t l, const int64_t *hashes, int64_t T, float *h, dsv41_trace *tr) {
+    const config *c = &m->cfg;
+    const layer_weights *L = &m->layers[l];
+    int32_t hc = c->hc_mult, dim = c->dim, cols = engram_cols(c), ehd = c->engram_head_dim, li = L->engram;
+    int64_t kvw = (int64_t)dim * (hc + 1);
+    scratch_mark mark = scratch_begin();
+    int64_t *ids = scratch_i64(T * cols);
+    float *emb = scratch_f32(T * cols * ehd), *kv = scratch_f32(T * kvw);
+    trace_f32(tr, h, 4, (int64_t[]){1, T, hc, dim}, "L%d.engram_in", l);
+    for (int64_t t = 0; t < T; t++)
+        for (int32_t j = 0; j < cols; j++) {
+            int64_t row = hashes[(t * c->n_engram + li) * cols + j];
+            ids[t * cols + j] = row;
+            for (int32_t d = 0; d < ehd; d++) emb[(t * cols + j) * ehd + d] = bf16_round(weight_get(&L->eg_table, row, d));
+        }
+    linear(&L->eg_wkv, emb, T, kv);
+    trace_i64(tr, ids, 3, (int64_t[]){1, T, cols}, "L%d.engram_hash_ids", l);
+    trace_f32(tr, emb, 4, (int64_t[]){1, T, cols, ehd}, "L%d.engram_embed", l);
+    trace_f32(tr, kv, 3, (int64_t[]){1, T, kvw}, "L%d.engram_kv", l);
+    float inv_sqrt_dim = powf((float)dim, -0.5f);
+    for (int64_t t = 0; t < T; t++) {
+        const float *value = kv + t * kvw + (int64_t)hc * dim;
+        for (int32_t cp = 0; cp < hc; cp++) {
+            float *x = h + (t * hc + cp) * dim;
+            const float *key = kv + t * kvw + (int64_t)cp * dim, *qk = L->eg_qk + (int64_t)cp * dim;
+            float xx = 0.0f, kk = 0.0f, dot = 0.0f;
+            for (int32_t d = 0; d < dim; d++) {
+                xx += x[d] * x[d];
+                kk += key[d] * key[d];
+                dot += x[d] * qk[d] * key[d];
+            }
+            float rstd = (1.0f / sqrtf(xx / (float)dim + c->norm_eps)) * (1.0f / sqrtf(kk / (float)dim + c->norm_eps));
+            dot = dot * rstd * inv_sqrt_dim;
+            float g = copysignf(sqrtf(fmaxf(fabsf(dot), 1e-6f)), dot); /* signed square root */
+            float gate = 1.0f / (1.0f + expf(-g));
+            for (int32_t d = 0; d < dim; d++) x[d] = bf16_round(x[d] + gate * value[d]);
+        }
+    }
+    trace_f32(tr, h, 4, (int64_t[]){1, T, hc, dim}, "L%d.engram_out", l);
+    scratch_end(mark);
+}

@@ -1,0 +1,20 @@
+/* filler.h - filler-generated weights (the golden's weights_meta, or the generator's rule). */
+#ifndef DSV41_FILLER_H
+#define DSV41_FILLER_H
+
+#include "loader.h"
+
+typedef struct {
+    double scale, offset; /* v = (2u-1)*scale + offset */
+    const char *kind;     /* "f32", "fp8" (e4m3 of v) or "e8m0" (e8m0 of v) */
+    const char *dtype;    /* storage: "float32", "bfloat16", "float8_e4m3fn", "float8_e8m0fnu" */
+} fill_spec;
+
+fill_spec filler_rule(const config *c, const char *name, int32_t ndim, const int64_t *shape);
+int fill_tensor(dsv41_model *m, const char *name, int32_t ndim, const int64_t *shape, const fill_spec *sp, weight *w);
+
+struct json;
+dsv41_model *model_from_meta(const config *c, const struct json *meta);
+dsv41_model *model_from_rule(const config *c);
+
+#endif

@@ -1,0 +1,178 @@
+/* forward.c - sessions and Transformer.forward for one call.
+ *
+ * The residual stream is hc_mult bf16 copies per token. Each block mixes them with the delayed
+ * pre-mix of V4.1: attention collapses the copies with the pre weights the previous block's FFN
+ * computed (one-hot copy 0 for layer 0), and the FFN collapses with the pre weights its own
+ * attention computed. The final collapse uses the last FFN's pre. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "scratch.h"
+
+dsv41_session *dsv41_session_new(const dsv41_model *m) {
+    const config *c = &m->cfg;
+    dsv41_session *s = calloc(1, sizeof *s);
+    if (!s) goto oom;
+    s->m = m;
+    s->ngram_cache = calloc((size_t)c->max_seq_len, sizeof *s->ngram_cache);
+    s->layers = calloc((size_t)c->n_layers, sizeof *s->layers);
+    if (!s->ngram_cache || !s->layers) goto oom;
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        layer_state *st = &s->layers[l];
+        int32_t ratio = c->compress_ratio[l];
+        st->window = calloc((size_t)c->window_size * c->head_dim, sizeof(float));
+        if (!st->window) goto oom;
+        if (!c->is_kv_source[l]) continue;
+        size_t groups = (size_t)(c->max_seq_len / ratio) + 1;
+        st->ckv = calloc(groups * c->head_dim, sizeof(float));
+        st->ik = calloc(groups * c->index_head_dim, sizeof(float));
+        st->kv_state = calloc((size_t)ratio * c->head_dim, sizeof(float));
+        st->score_state = malloc((size_t)ratio * c->head_dim * sizeof(float));
+        if (!st->ckv || !st->ik || !st->kv_state || !st->score_state) goto oom;
+        for (size_t i = 0; i < (size_t)ratio * c->head_dim; i++) st->score_state[i] = -1.0f / 0.0f;
+    }
+    return s;
+oom:
+    set_error("out of memory creating a session");
+    dsv41_session_free(s);
+    return NULL;
+}
+
+void dsv41_session_free(dsv41_session *s) {
+    if (!s) return;
+    for (int32_t l = 0; s->layers && l < s->m->cfg.n_layers; l++) {
+        layer_state *st = &s->layers[l];
+        free(st->window);
+        free(st->ckv);
+        free(st->ik);
+        free(st->kv_state);
+        free(st->score_state);
+    }
+    free(s->layers);
+    free(s->ngram_cache);
+    free(s->shared.topk);
+    free(s->shared.cand);
+    free(s);
+}
+
+int32_t dsv41_session_pos(const dsv41_session *s) { return s->pos; }
+
+/* The shared slots as the golden records them after a source layer: the used prefix of the
+ * published caches and the current top-k / candidate rows. */
+static void trace_shared(const dsv41_session *s, int32_t l, int64_t T, dsv41_trace *tr) {
+    const config *c = &s->m->cfg;
+    const shared_slots *sh = &s->shared;
+    int64_t used = (s->pos + T) / c->compress_ratio[l];
+    if (sh->compress_kv)
+        trace_f32(tr, sh->compress_kv, 3, (int64_t[]){1, used, c->head_dim}, "shared.L%d.compress_kv", l);
+    if (sh->index_k)
+        trace_f32(tr, sh->index_k, 3, (int64_t[]){1, used, c->index_head_dim}, "shared.L%d.index_k", l);
+    if (sh->topk_rows)
+        trace_i32(tr, sh->topk, 3, (int64_t[]){1, sh->topk_rows, sh->topk_width}, "shared.L%d.topk_idxs", l);
+    if (sh->cand_rows) {
+        scratch_mark mark = scratch_begin();
+        int64_t n = (int64_t)sh->cand_rows * sh->cand_width;
+        int32_t *v = scratch_i32(n);
+        for (int64_t i = 0; i < n; i++) v[i] = sh->cand[i];
+        trace_i32(tr, v, 3, (int64_t[]){1, sh->cand_rows, sh->cand_width}, "shared.L%d.candidates", l);
+        scratch_end(mark);
+    }
+}
+
+/* One block: h [T][hc][dim] and pre_mix [T][hc] in place. */
+static void block(dsv41_session *s, int32_t l, int64_t T, const int64_t *hashes, float *h, float *pre_mix,
+                  dsv41_trace *tr) {
+    const dsv41_model *m = s->m;
+    const config *c = &m->cfg;
+    const layer_weights *L = &m->layers[l];
+    int32_t hc = c->hc_mult, dim = c->dim, k = c->n_activated_experts;
+    int64_t hsz = T * hc * dim;
+    scratch_mark mark = scratch_begin();
+    float *a_pre = scratch_f32(T * hc), *a_post = scratch_f32(T * hc), *a_comb = scratch_f32(T * hc * hc);
+    float *f_pre = scratch_f32(T * hc), *f_post = scratch_f32(T * hc), *f_comb = scratch_f32(T * hc * hc);
+    float *x = scratch_f32(T * dim), *xn = scratch_f32(T * dim), *y = scratch_f32(T * dim), *h_mid = scratch_f32(hsz);
+    float *rw = scratch_f32(T * k);
+    int32_t *ri = scratch_i32(T * k);
+
+    if (L->engram >= 0) engram_forward(m, l, hashes, T, h, tr);
+    trace_f32(tr, h, 4, (int64_t[]){1, T, hc, dim}, "L%d.h_in", l);
+    trace_f32(tr, pre_mix, 3, (int64_t[]){1, T, hc}, "L%d.pre_mix_in", l);
+
+    hc_mixes(h, T, c, &L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, a_pre, a_post, a_comb);
+    hc_pre(h, pre_mix, T, hc, dim, x);
+    rms_norm(x, L->attn_norm, T, dim, c->norm_eps, xn);
+    trace_f32(tr, xn, 3, (int64_t[]){1, T, dim}, "L%d.attn_in", l);
+    attention(s, l, xn, T, y, tr);
+    trace_f32(tr, y, 3, (int64_t[]){1, T, dim}, "L%d.attn_out", l);
+    hc_post(y, h, a_post, a_comb, T, hc, dim, h_mid);
+
+    hc_mixes(h_mid, T, c, &L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, f_pre, f_post, f_comb);
+    hc_pre(h_mid, a_pre, T, hc, dim, x);
+    rms_norm(x, L->ffn_norm, T, dim, c->norm_eps, xn);
+    trace_f32(tr, xn, 3, (int64_t[]){1, T, dim}, "L%d.ffn_in", l);
+    moe(m, l, xn, T, y, rw, ri);
+    hc_post(y, h_mid, f_post, f_comb, T, hc, dim, h);
+    memcpy(pre_mix, f_pre, (size_t)(T * hc) * sizeof *pre_mix);
+
+    if (tr) {
+        trace_f32(tr, a_pre, 3, (int64_t[]){1, T, hc}, "L%d.attn_pre", l);
+        trace_f32(tr, a_post, 3, (int64_t[]){1, T, hc}, "L%d.attn_post", l);
+        trace_f32(tr, a_comb, 4, (int64_t[]){1, T, hc, hc}, "L%d.attn_comb", l);
+        trace_f32(tr, f_pre, 3, (int64_t[]){1, T, hc}, "L%d.ffn_pre", l);
+        trace_f32(tr, f_post, 3, (int64_t[]){1, T, hc}, "L%d.ffn_post", l);
+        trace_f32(tr, f_comb, 4, (int64_t[]){1, T, hc, hc}, "L%d.ffn_comb", l);
+        trace_f32(tr, rw, 2, (int64_t[]){T, k}, "L%d.moe_weights", l);
+        trace_i32(tr, ri, 2, (int64_t[]){T, k}, "L%d.moe_indices", l);
+        trace_f32(tr, y, 3, (int64_t[]){1, T, dim}, "L%d.ffn_out", l);
+        trace_f32(tr, h, 4, (int64_t[]){1, T, hc, dim}, "L%d.h_out", l);
+        trace_f32(tr, pre_mix, 3, (int64_t[]){1, T, hc}, "L%d.pre_mix_out", l);
+        if (c->is_kv_source[l] || c->is_index_source[l]) trace_shared(s, l, T, tr);
+    }
+    scratch_end(mark);
+}
+
+int dsv41_session_forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logits, dsv41_trace *tr) {
+    const dsv41_model *m = s->m;
+    const config *c = &m->cfg;
+    if (n < 1) return set_error("forward: no tokens");
+    if (s->pos > 0 && n != 1)
+        return set_error("forward: after the prefill, tokens are fed one at a time (got %d at position %d)", n, s->pos);
+    if ((int64_t)s->pos + n > c->max_seq_len)
+        return set_error("forward: %d tokens at position %d exceed the context of %d", n, s->pos, c->max_seq_len);
+    for (int32_t t = 0; t < n; t++)
+        if (ids[t] < 0 || ids[t] >= c->vocab_size)
+            return set_error("forward: token id %d is outside the vocabulary [0, %d)", ids[t], c->vocab_size);
+    int64_t T = n;
+    int32_t hc = c->hc_mult, dim = c->dim, cols = engram_cols(c);
+    scratch_mark mark = scratch_begin();
+    int64_t *hashes = scratch_i64(T * (c->n_engram ? c->n_engram : 1) * cols);
+    float *h = scratch_f32(T * hc * dim), *pre_mix = scratch_f32(T * hc);
+    float *x = scratch_f32(T * dim), *xn = scratch_f32(T * dim);
+
+    if (c->n_engram) engram_hash(s, ids, T, hashes);
+    trace_i32(tr, ids, 2, (int64_t[]){1, T}, "input_ids");
+    if (c->n_engram) trace_i64(tr, hashes, 4, (int64_t[]){1, T, c->n_engram, cols}, "engram_hashes");
+    for (int64_t t = 0; t < T; t++) {
+        for (int32_t d = 0; d < dim; d++) x[t * dim + d] = weight_get(&m->embed, ids[t], d);
+        for (int32_t k = 0; k < hc; k++) {
+            memcpy(h + (t * hc + k) * dim, x + t * dim, (size_t)dim * sizeof *h);
+            pre_mix[t * hc + k] = k == 0 ? 1.0f : 0.0f;
+        }
+    }
+    trace_f32(tr, x, 3, (int64_t[]){1, T, dim}, "embed");
+    for (int32_t l = 0; l < c->n_layers; l++) block(s, l, T, hashes, h, pre_mix, tr);
+    hc_pre(h, pre_mix, T, hc, dim, x);
+    rms_norm(x, m->norm, T, dim, c->norm_eps, xn);
+    trace_f32(tr, x, 3, (int64_t[]){1, T, dim}, "h_final");
+    trace_f32(tr, xn, 3, (int64_t[]){1, T, dim}, "head_in");
+    /* only the last position's logits are needed to sample; a trace records them all */
+    int64_t first = tr ? 0 : T - 1, V = c->vocab_size;
+    float *lg = scratch_f32((T - first) * V);
+    if (tr || logits) linear(&m->head, xn + first * dim, T - first, lg);
+    trace_f32(tr, lg, 3, (int64_t[]){1, T, V}, "logits_full");
+    if (logits) memcpy(logits, lg + (T - 1 - first) * V, (size_t)V * sizeof *logits);
+    s->pos += n;
+    scratch_end(mark);
+    return 0;
+}

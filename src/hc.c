@@ -1,0 +1,94 @@
+/* hc.c - manifold hyper-connections (mHC): hc_mult residual copies, mixed per token.
+ *
+ * hc_mixes derives three coefficient sets from the stream itself: one projection of the
+ * flattened [hc*dim] stream scaled by its RMS, split into pre (the collapse weights), post (the
+ * expansion weights) and comb (an hc x hc matrix pushed towards doubly stochastic by Sinkhorn
+ * iterations). All of it is f32; only the collapsed and expanded streams round to bf16.
+ *
+ * comb is [j][k]: output copy k sums residual copies j with weights comb[j][k]. */
+#include <math.h>
+
+#include "model.h"
+#include "numerics.h"
+
+/* x [T][n], w [n] -> y [T][n] = bf16(w * (x * rsqrt(mean(x^2) + eps))) */
+void rms_norm(const float *x, const float *w, int64_t T, int32_t n, float eps, float *y) {
+    for (int64_t t = 0; t < T; t++) {
+        const float *r = x + t * n;
+        float ss = 0.0f;
+        for (int32_t i = 0; i < n; i++) ss += r[i] * r[i];
+        float rs = 1.0f / sqrtf(ss / (float)n + eps);
+        for (int32_t i = 0; i < n; i++) y[t * n + i] = bf16_round(w[i] * (r[i] * rs));
+    }
+}
+
+static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* mix [(2+hc)*hc], scale [3], base [(2+hc)*hc] -> pre [hc], post [hc], comb [hc][hc] */
+void hc_split_sinkhorn(const float *mix, const float *scale, const float *base, int32_t hc, int32_t iters,
+                       float eps, float *pre, float *post, float *comb) {
+    for (int32_t j = 0; j < hc; j++) {
+        pre[j] = sigmoidf(mix[j] * scale[0] + base[j]) + eps;
+        post[j] = 2.0f * sigmoidf(mix[hc + j] * scale[1] + base[hc + j]);
+    }
+    for (int32_t i = 0; i < hc * hc; i++) comb[i] = mix[2 * hc + i] * scale[2] + base[2 * hc + i];
+    for (int32_t j = 0; j < hc; j++) { /* row softmax, then + eps */
+        float *row = comb + j * hc, mx = -INFINITY, sum = 0.0f;
+        for (int32_t k = 0; k < hc; k++) mx = fmaxf(mx, row[k]);
+        for (int32_t k = 0; k < hc; k++) { row[k] = expf(row[k] - mx); sum += row[k]; }
+        for (int32_t k = 0; k < hc; k++) row[k] = row[k] / sum + eps;
+    }
+    for (int32_t it = 0; it < iters; it++) {
+        if (it > 0) /* the first round has only the column pass: the softmax normalized the rows */
+            for (int32_t j = 0; j < hc; j++) {
+                float s = 0.0f;
+                for (int32_t k = 0; k < hc; k++) s += comb[j * hc + k];
+                for (int32_t k = 0; k < hc; k++) comb[j * hc + k] /= s + eps;
+            }
+        for (int32_t k = 0; k < hc; k++) {
+            float s = 0.0f;
+            for (int32_t j = 0; j < hc; j++) s += comb[j * hc + k];
+            for (int32_t j = 0; j < hc; j++) comb[j * hc + k] /= s + eps;
+        }
+    }
+}
+
+/* h [T][hc][dim], fn [(2+hc)*hc][hc*dim] -> pre [T][hc], post [T][hc], comb [T][hc][hc] */
+void hc_mixes(const float *h, int64_t T, const config *c, const weight *fn, const float *scale, const float *base,
+              float *pre, float *post, float *comb) {
+    int32_t hc = c->hc_mult, nmix = (2 + hc) * hc;
+    int64_t n = (int64_t)hc * c->dim;
+    float mix[(2 + 64) * 64];
+    for (int64_t t = 0; t < T; t++) {
+        const float *x = h + t * n;
+        float ss = 0.0f;
+        for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
+        float rs = 1.0f / sqrtf(ss / (float)n + c->norm_eps);
+        for (int32_t m = 0; m < nmix; m++) mix[m] = weight_dot(fn, m, x) * rs;
+        hc_split_sinkhorn(mix, scale, base, hc, c->hc_sinkhorn_iters, c->hc_eps, pre + t * hc, post + t * hc,
+                          comb + t * hc * hc);
+    }
+}
+
+/* h [T][hc][dim], pre [T][hc] -> y [T][dim] = bf16(sum_c pre[c] * h[c]) */
+void hc_pre(const float *h, const float *pre, int64_t T, int32_t hc, int32_t dim, float *y) {
+    for (int64_t t = 0; t < T; t++)
+        for (int32_t d = 0; d < dim; d++) {
+            float acc = 0.0f;
+            for (int32_t c = 0; c < hc; c++) acc += pre[t * hc + c] * h[(t * hc + c) * dim + d];
+            y[t * dim + d] = bf16_round(acc);
+        }
+}
+
+/* x [T][dim], res [T][hc][dim], post [T][hc], comb [T][hc][hc]
+ * -> y [T][hc][dim] = bf16(post[k] * x + sum_j comb[j][k] * res[j]) */
+void hc_post(const float *x, const float *res, const float *post, const float *comb, int64_t T, int32_t hc,
+             int32_t dim, float *y) {
+    for (int64_t t = 0; t < T; t++)
+        for (int32_t k = 0; k < hc; k++)
+            for (int32_t d = 0; d < dim; d++) {
+                float acc = post[t * hc + k] * x[t * dim + d];
+                for (int32_t j = 0; j < hc; j++) acc += comb[(t * hc + j) * hc + k] * res[(t * hc + j) * dim + d];
+                y[(t * hc + k) * dim + d] = bf16_round(acc);
+            }
+}

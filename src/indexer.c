@@ -1,0 +1,195 @@
+/* indexer.c - the lightning indexer: which compressed entries each query attends.
+ *
+ * Index queries (fp4, per head) are scored against one fp4 index key per compressed entry;
+ * rectified head scores are weighted and summed into a bf16 score per entry, and the top-k
+ * entries are kept. Key owners (kv sources) produce keys from the pre-RoPE latent and publish
+ * their key cache only when a group closed in this call; other index sources score against
+ * whatever was published last, which on a decode step can be a later layer's keys from the
+ * previous call. The release code does exactly this, so it is reproduced.
+ *
+ * Ties are common (bf16 scores, -inf for invisible entries), and torch's CPU topk resolves them
+ * by whatever libstdc++'s introselect leaves in front, so that algorithm is emulated here step
+ * for step; the golden's top-k indices depend on it. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "numerics.h"
+#include "scratch.h"
+
+typedef struct {
+    float v;
+    int32_t i;
+} pair;
+
+/* torch's CPU comparator for largest=True: NaN first, then greater value */
+static int before(pair a, pair b) { return (isnan(a.v) && !isnan(b.v)) || a.v > b.v; }
+
+static int cmp_desc(const void *x, const void *y) {
+    const pair *a = x, *b = y;
+    if (before(*a, *b)) return -1;
+    if (before(*b, *a)) return 1;
+    return a->i - b->i;
+}
+
+/* libstdc++ std::nth_element(first, first+k-1, last) with the comparator above:
+ * __introselect with __move_median_to_first / __unguarded_partition, finished by
+ * __insertion_sort once at most 3 elements remain. When the depth limit runs out (never for
+ * the row lengths torch sends here) the rest is sorted, lower index first on ties. */
+static void nth_element(pair *q, int32_t n, int32_t nth) {
+    int32_t first = 0, last = n, depth = 0;
+    for (int32_t v = n; v > 1; v >>= 1) depth++;
+    depth *= 2;
+    while (last - first > 3) {
+        if (depth-- == 0) {
+            qsort(q + first, (size_t)(last - first), sizeof *q, cmp_desc);
+            return;
+        }
+        int32_t a = first + 1, b = first + (last - first) / 2, c = last - 1, r;
+        if (before(q[a], q[b])) r = before(q[b], q[c]) ? b : before(q[a], q[c]) ? c : a;
+        else r = before(q[a], q[c]) ? a : before(q[b], q[c]) ? c : b;
+        pair t = q[first]; q[first] = q[r]; q[r] = t;
+        pair pivot = q[first];
+        int32_t lo = first + 1, hi = last;
+        for (;;) {
+            while (before(q[lo], pivot)) lo++;
+            hi--;
+            while (before(pivot, q[hi])) hi--;
+            if (lo >= hi) break;
+            t = q[lo]; q[lo] = q[hi]; q[hi] = t;
+            lo++;
+        }
+        if (lo <= nth) first = lo;
+        else last = lo;
+    }
+    for (int32_t i = first + 1; i < last; i++) {
+        pair v = q[i];
+        if (before(v, q[first])) {
+            memmove(q + first + 1, q + first, (size_t)(i - first) * sizeof *q);
+            q[first] = v;
+        } else {
+            int32_t j = i;
+            while (before(v, q[j - 1])) { q[j] = q[j - 1]; j--; }
+            q[j] = v;
+        }
+    }
+}
+
+/* v [n] -> out [k]: the index set torch.topk(v, k) returns on CPU, in its order.
+ * torch runs nth_element when k*64 > n; otherwise a partial sort, approximated by a full sort
+ * that breaks ties by the lower index. */
+void topk_torch_cpu(const float *v, int32_t n, int32_t k, int32_t *out) {
+    scratch_mark mark = scratch_begin();
+    pair *q = scratch_bytes((size_t)n * sizeof *q);
+    for (int32_t i = 0; i < n; i++) q[i] = (pair){v[i], i};
+    if ((int64_t)k * 64 > n) nth_element(q, n, k - 1);
+    else qsort(q, (size_t)n, sizeof *q, cmp_desc);
+    for (int32_t i = 0; i < k; i++) out[i] = q[i].i;
+    scratch_end(mark);
+}
+
+/* score [T][width] (-inf: unreachable), visible [T] -> keep [T][width]: each row keeps the
+ * top `topk_blocks` blocks of `block` entries by block max, the newest visible block pinned */
+void select_candidate_blocks(const float *score, int64_t T, int32_t width, const int32_t *visible,
+                             int32_t topk_blocks, int32_t block, uint8_t *keep) {
+    int32_t nb = (width + block - 1) / block, k = topk_blocks < nb ? topk_blocks : nb;
+    scratch_mark mark = scratch_begin();
+    float *bs = scratch_f32(nb);
+    int32_t *pick = scratch_i32(k);
+    memset(keep, 0, (size_t)(T * width));
+    for (int64_t t = 0; t < T; t++) {
+        const float *row = score + t * width;
+        for (int32_t b = 0; b < nb; b++) {
+            bs[b] = -INFINITY;
+            for (int32_t i = b * block; i < (b + 1) * block && i < width; i++) bs[b] = fmaxf(bs[b], row[i]);
+        }
+        if (visible[t] > 0 && (visible[t] - 1) / block < nb) bs[(visible[t] - 1) / block] = INFINITY;
+        topk_torch_cpu(bs, nb, k, pick);
+        for (int32_t j = 0; j < k; j++) {
+            int32_t b = pick[j];
+            if (bs[b] == -INFINITY) continue;
+            for (int32_t i = b * block; i < (b + 1) * block && i < width; i++) keep[t * width + i] = 1;
+        }
+    }
+    scratch_end(mark);
+}
+
+static int cmp_i32(const void *a, const void *b) { return *(const int32_t *)a - *(const int32_t *)b; }
+
+static void *grow(void *p, size_t *cap, size_t need) {
+    if (need <= *cap) return p;
+    void *n = realloc(p, need);
+    if (!n) abort();
+    *cap = need;
+    return n;
+}
+
+/* Writes index keys for new latents [n_latent][head_dim] (key owners), then publishes
+ * shared.topk [T][k] of window-offset entry indices (-1: not visible) for x [T][dim], qr [T][q_rank].
+ * Returns k. */
+int32_t indexer(dsv41_session *s, int32_t l, const float *x, const float *qr, const float *latent, int64_t n_latent,
+                int64_t T, int32_t offset) {
+    const dsv41_model *m = s->m;
+    const config *c = &m->cfg;
+    const layer_weights *L = &m->layers[l];
+    shared_slots *sh = &s->shared;
+    int32_t IH = c->index_n_heads, ihd = c->index_head_dim, rd = c->rope_head_dim, ratio = c->compress_ratio[l];
+    int32_t pos = s->pos, end = pos + (int32_t)T, width = end / ratio;
+    scratch_mark mark = scratch_begin();
+    if (n_latent > 0 && c->is_kv_source[l]) {
+        float *tmp = scratch_f32(n_latent * ihd), *k = scratch_f32(n_latent * ihd);
+        linear(&L->idx_wk, latent, n_latent, tmp);
+        rms_norm(tmp, L->idx_k_norm, n_latent, ihd, c->norm_eps, k);
+        for (int64_t g = 0; g < n_latent; g++)
+            rope_apply(&m->rope_yarn, k + g * ihd, ihd, rd, pos == 0 ? g * ratio : pos + 1 - ratio, 0);
+        fp4_fake_quant_e8m0(k, (size_t)(n_latent * ihd), 32);
+        memcpy(s->layers[l].ik + (int64_t)(pos / ratio) * ihd, k, (size_t)(n_latent * ihd) * sizeof *k);
+        sh->index_k = s->layers[l].ik;
+    }
+    float *q = scratch_f32(T * IH * ihd), *w = scratch_f32(T * IH), *score = scratch_f32(T * width);
+    int32_t *visible = scratch_i32(T);
+    linear(&L->idx_wq_b, qr, T, q);
+    for (int64_t t = 0; t < T; t++)
+        for (int32_t h = 0; h < IH; h++) rope_apply(&m->rope_yarn, q + (t * IH + h) * ihd, ihd, rd, pos + t, 0);
+    fp4_fake_quant_e8m0(q, (size_t)(T * IH * ihd), 32);
+    linear(&L->idx_weights_proj, x, T, w);
+    float wscale = powf((float)ihd, -0.5f) * powf((float)IH, -0.5f);
+    for (int64_t i = 0; i < T * IH; i++) w[i] = bf16_round(w[i] * wscale);
+    for (int64_t t = 0; t < T; t++) {
+        visible[t] = pos == 0 ? (int32_t)(t + 1) / ratio : width;
+        for (int32_t p = 0; p < width; p++) {
+            const float *kp = sh->index_k + (int64_t)p * ihd;
+            float acc = 0.0f;
+            for (int32_t h = 0; h < IH; h++) {
+                const float *qh = q + (t * IH + h) * ihd;
+                float dot = 0.0f;
+                for (int32_t d = 0; d < ihd; d++) dot += qh[d] * kp[d];
+                acc += bf16_round(fmaxf(bf16_round(dot), 0.0f) * w[t * IH + h]);
+            }
+            score[t * width + p] = p < visible[t] ? bf16_round(acc) : -INFINITY;
+        }
+    }
+    if (l == c->candidate_source_layer) {
+        sh->cand = grow(sh->cand, &sh->cand_cap, (size_t)(T * width));
+        select_candidate_blocks(score, T, width, visible, c->candidate_topk_blocks, c->candidate_block_size, sh->cand);
+        sh->cand_rows = (int32_t)T;
+        sh->cand_width = width;
+    } else if (c->candidate_source_layer >= 0 && c->candidate_source_layer < l && sh->cand_rows == T &&
+               sh->cand_width == width) {
+        for (int64_t i = 0; i < T * width; i++)
+            if (!sh->cand[i]) score[i] = -INFINITY;
+    }
+    int32_t k = c->index_topk < width ? c->index_topk : width;
+    sh->topk = grow(sh->topk, &sh->topk_cap, (size_t)(T * k) * sizeof *sh->topk);
+    for (int64_t t = 0; t < T; t++) {
+        int32_t *row = sh->topk + t * k;
+        topk_torch_cpu(score + t * width, width, k, row);
+        qsort(row, (size_t)k, sizeof *row, cmp_i32);
+        for (int32_t j = 0; j < k; j++) row[j] = row[j] < visible[t] ? row[j] + offset : -1;
+    }
+    sh->topk_rows = (int32_t)T;
+    sh->topk_width = k;
+    scratch_end(mark);
+    return k;
+}

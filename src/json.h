@@ -1,0 +1,38 @@
+/* json.h - a small JSON reader for config files, golden files and tokenizer data.
+ *
+ * The whole document is parsed into one tree of nodes. Numbers keep both their double value
+ * and, when the literal is an integer, an exact 64-bit value: the golden carries u64 probes
+ * and int64 hash multipliers that a double cannot hold. */
+#ifndef DSV41_JSON_H
+#define DSV41_JSON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { JSON_NULL, JSON_BOOL, JSON_NUM, JSON_STR, JSON_ARR, JSON_OBJ } json_type;
+
+typedef struct json {
+    json_type type;
+    double num;          /* JSON_NUM value, JSON_BOOL as 0/1 */
+    int is_int;          /* integer literal that fits int64 or uint64 */
+    int is_neg;          /* integer literal had a minus sign */
+    uint64_t bits;       /* exact integer: the value as u64 (two's complement when negative) */
+    char *str;           /* JSON_STR: NUL-terminated UTF-8 (may hold embedded NULs: see len) */
+    size_t len;          /* JSON_STR byte length; JSON_ARR/JSON_OBJ item count */
+    struct json *items;  /* [len] children of an array or object */
+    char **keys;         /* [len] object keys, NULL for arrays */
+} json;
+
+/* Parse `len` bytes. Returns NULL and a one-line message in err on failure. */
+json *json_parse(const char *text, size_t len, char *err, size_t errlen);
+/* Read and parse a file; err names the file on failure. */
+json *json_load_file(const char *path, char *err, size_t errlen);
+void json_free(json *j);
+
+/* Object member by key, NULL when absent or when o is not an object. */
+const json *json_get(const json *o, const char *key);
+/* Array item i, NULL when out of range or when a is not an array. */
+const json *json_at(const json *a, size_t i);
+int64_t json_i64(const json *n);
+
+#endif

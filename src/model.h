@@ -1,0 +1,201 @@
+/* model.h - the library's internal types: config, weights, per-sequence state, traces.
+ *
+ * Shapes are written as [rows][cols] in torch's order; every "bf16" activation below is an f32
+ * array whose values are exact bf16 numbers (the reference's rounding points are explicit).
+ * One session is one sequence: a batch of B sequences is B sessions, since no state or
+ * arithmetic of the model crosses batch rows. */
+#ifndef DSV41_MODEL_H
+#define DSV41_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsv41.h"
+
+#define MAX_LAYERS 128      /* capacity of the per-layer role arrays, not a model dimension */
+#define MAX_ENGRAM 8        /* capacity: engram layers */
+#define MAX_NGRAM 8         /* capacity: engram n-gram length */
+#define MAX_HASH_COLS 64    /* capacity: (max_ngram-1) * engram heads */
+
+/* Record a one-line error for dsv41_error(); returns -1 so callers can `return set_error(...)`. */
+int set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- config: every geometry value, read from a fixture / config file */
+typedef struct {
+    int32_t vocab_size, dim, n_layers;
+    int32_t n_heads, head_dim, rope_head_dim;       /* attention: heads of head_dim, RoPE on the tail */
+    int32_t q_lora_rank, o_lora_rank, o_groups;
+    int32_t window_size;
+    int32_t compress_ratio[MAX_LAYERS];             /* [n_layers] 0, 1 or 2 */
+    uint8_t is_kv_source[MAX_LAYERS];               /* [n_layers] owns compressor + index keys */
+    uint8_t is_index_source[MAX_LAYERS];            /* [n_layers] runs the indexer */
+    int32_t candidate_source_layer;                 /* -1: none */
+    int32_t candidate_topk_blocks, candidate_block_size;
+    int32_t index_n_heads, index_head_dim, index_topk;
+    int32_t moe_inter_dim, n_routed_experts, n_shared_experts, n_activated_experts;
+    float route_scale, swiglu_limit, gate_temp;
+    int32_t norm_topk_prob;
+    int32_t hc_mult, hc_sinkhorn_iters;
+    float hc_eps, norm_eps;
+    float rope_theta, compress_rope_theta, rope_factor, beta_fast, beta_slow;
+    int32_t original_seq_len;
+    int32_t max_seq_len;
+    /* engram: hash tables consumed as given */
+    int32_t n_engram;                               /* engram layers */
+    int32_t engram_layer[MAX_ENGRAM];               /* [n_engram] layer ids, ascending */
+    int32_t engram_max_ngram, engram_n_heads, engram_head_dim;
+    int64_t engram_rows[MAX_ENGRAM];                /* [n_engram] table rows */
+    int64_t engram_pad;                             /* pad id in compressed space */
+    int64_t *engram_token_map;                      /* [vocab_size] token -> compressed id */
+    int64_t engram_mult[MAX_ENGRAM][MAX_NGRAM];     /* [n_engram][max_ngram] odd multipliers */
+    int64_t engram_prime[MAX_ENGRAM][MAX_HASH_COLS];  /* [n_engram][cols] col = (n-2)*heads + h */
+    int64_t engram_offset[MAX_ENGRAM][MAX_HASH_COLS]; /* [n_engram][cols] exclusive prefix sums */
+} config;
+
+static inline int32_t engram_cols(const config *c) { return (c->engram_max_ngram - 1) * c->engram_n_heads; }
+int config_engram_index(const config *c, int32_t layer); /* -1 when not an engram layer */
+
+struct json;
+/* Fill c from a golden-fixture-shaped object (the golden's "fixture", models/tiny.json). */
+int config_from_fixture(config *c, const struct json *fx);
+void config_free(config *c);
+
+/* ---- weights: a matrix in its storage format, never widened in memory */
+typedef enum { DT_F32, DT_BF16, DT_E4M3, DT_E8M0, DT_FP4 } dtype;
+
+typedef struct {
+    dtype type;
+    int64_t rows, cols;       /* [out][in], as torch stores it */
+    const void *data;         /* row-major elements; DT_FP4 packs two per byte, low nibble first */
+    const uint8_t *scale;     /* e8m0 block scales for E4M3/FP4, NULL otherwise */
+    int32_t scale_rows;       /* rows per scale block: 32 for dense 32x32 tiles, 1 for per-row */
+} weight;
+
+/* One output row's dot product with x (x has w->cols values), no rounding: f32 weights give
+ * the f32 result, bf16 weights an f32 sum of exact products. */
+float weight_dot(const weight *w, int64_t row, const float *x);
+/* F.linear as the release dispatches it: y[t][o] = x[t] . W[o]; the result is bf16 for every
+ * weight format but f32 (whose GEMM stays f32). rows [row0, row0+n) of W only. */
+void linear_rows(const weight *w, int64_t row0, int64_t n, const float *x, int64_t T, int64_t xstride, float *y);
+void linear(const weight *w, const float *x, int64_t T, float *y);
+/* Element (r, c) of w as f32 (embedding rows, table gathers). */
+float weight_get(const weight *w, int64_t r, int64_t c);
+
+typedef struct {
+    weight hc_attn_fn, hc_ffn_fn;           /* [(2+hc)*hc][hc*dim] f32 */
+    float *hc_attn_base, *hc_ffn_base;      /* [(2+hc)*hc] */
+    float *hc_attn_scale, *hc_ffn_scale;    /* [3] */
+    float *attn_norm, *ffn_norm;            /* [dim] */
+    float *attn_sink;                       /* [n_heads] */
+    weight wq_a;                            /* [q_lora_rank][dim] */
+    float *q_norm;                          /* [q_lora_rank] */
+    weight wq_b;                            /* [n_heads*head_dim][q_lora_rank] */
+    weight wkv;                             /* [head_dim][dim] */
+    float *kv_norm;                         /* [head_dim] */
+    weight wo_a;                            /* [o_groups*o_lora_rank][n_heads*head_dim/o_groups] */
+    weight wo_b;                            /* [dim][o_groups*o_lora_rank] */
+    weight comp_wkv;                        /* kv source: [head_dim][dim] (f32 at ratio 2) */
+    weight comp_wgate;                      /* kv source, ratio > 1: [head_dim][dim] */
+    float *comp_norm;                       /* kv source: [head_dim] */
+    weight idx_wq_b;                        /* index source: [index_n_heads*index_head_dim][q_lora_rank] */
+    weight idx_weights_proj;                /* index source: [index_n_heads][dim] */
+    weight idx_wk;                          /* key owner: [index_head_dim][head_dim] */
+    float *idx_k_norm;                      /* key owner: [index_head_dim] */
+    weight gate;                            /* [n_routed_experts][dim] */
+    float *gate_bias;                       /* [n_routed_experts] */
+    weight *w1, *w2, *w3;                   /* [n_routed_experts]: w1,w3 [inter][dim], w2 [dim][inter] */
+    weight sw1, sw2, sw3;                   /* shared expert: [n_shared*inter][dim], [dim][n_shared*inter] */
+    int32_t engram;                         /* index into config engram arrays, -1: none */
+    weight eg_table;                        /* engram: [rows][engram_head_dim] e4m3, e8m0 per 32 */
+    weight eg_wkv;                          /* engram: [dim*(hc+1)][cols*engram_head_dim] */
+    float *eg_qk;                           /* engram: [hc*dim] q_weight * k_weight */
+} layer_weights;
+
+typedef struct {
+    float *cos, *sin;                       /* [max_seq_len][rope_head_dim/2] */
+} rope_table;
+
+struct dsv41_model {
+    config cfg;
+    weight embed;                           /* [vocab_size][dim] */
+    float *norm;                            /* [dim] */
+    weight head;                            /* [vocab_size][dim] */
+    layer_weights *layers;                  /* [n_layers] */
+    rope_table rope_plain, rope_yarn;       /* ratio-0 layers / compressed layers */
+    void **owned;                           /* buffers the model frees */
+    size_t n_owned, cap_owned;
+};
+
+void *model_alloc(dsv41_model *m, size_t bytes); /* zeroed, freed with the model */
+int rope_init(dsv41_model *m);
+void rope_apply(const rope_table *rt, float *x, int64_t row_len, int32_t rope_dim, int64_t pos, int inverse);
+
+/* ---- per-sequence state */
+typedef struct {
+    float *window;                          /* [window_size][head_dim] ring, slot = pos % window */
+    float *kv_state, *score_state;          /* kv source, ratio > 1: [ratio][head_dim] compressor tail */
+    float *ckv;                             /* kv source: [max_seq/ratio][head_dim] compressed KV */
+    float *ik;                              /* kv source: [max_seq/ratio][index_head_dim] index keys */
+} layer_state;
+
+/* The slots source layers publish and later layers read. They survive across calls: a decode
+ * step that closes no group reads index keys published by a later layer in an earlier call. */
+typedef struct {
+    const float *compress_kv;               /* -> a kv source's ckv */
+    const float *index_k;                   /* -> a kv source's ik */
+    int32_t *topk;                          /* [topk_rows][topk_width] offset indices, -1 unused */
+    int32_t topk_rows, topk_width;
+    uint8_t *cand;                          /* [cand_rows][cand_width] candidate keep mask */
+    int32_t cand_rows, cand_width;
+    size_t topk_cap, cand_cap;
+} shared_slots;
+
+struct dsv41_session {
+    const dsv41_model *m;
+    int32_t pos;                            /* tokens consumed so far */
+    int64_t *ngram_cache;                   /* [max_seq_len] compressed ids */
+    layer_state *layers;                    /* [n_layers] */
+    shared_slots shared;
+};
+
+/* ---- traces: named captures of the golden's intermediates */
+typedef struct {
+    char name[64];
+    int32_t ndim;
+    int64_t shape[6];
+    int64_t n;
+    int is_int;
+    double *v;                              /* [n] values */
+} capture;
+
+struct dsv41_trace {
+    capture *caps;
+    size_t n, cap;
+};
+
+void trace_f32(dsv41_trace *tr, const float *x, int32_t ndim, const int64_t *shape, const char *fmt, ...);
+void trace_i32(dsv41_trace *tr, const int32_t *x, int32_t ndim, const int64_t *shape, const char *fmt, ...);
+void trace_i64(dsv41_trace *tr, const int64_t *x, int32_t ndim, const int64_t *shape, const char *fmt, ...);
+const capture *trace_find(const dsv41_trace *tr, const char *name);
+
+/* ---- components (one op per function, shapes above each definition) */
+void rms_norm(const float *x, const float *w, int64_t T, int32_t n, float eps, float *y);
+void hc_mixes(const float *h, int64_t T, const config *c, const weight *fn, const float *scale,
+              const float *base, float *pre, float *post, float *comb);
+void hc_split_sinkhorn(const float *mix, const float *scale, const float *base, int32_t hc, int32_t iters,
+                       float eps, float *pre, float *post, float *comb);
+void hc_pre(const float *h, const float *pre, int64_t T, int32_t hc, int32_t dim, float *y);
+void hc_post(const float *x, const float *res, const float *post, const float *comb, int64_t T, int32_t hc,
+             int32_t dim, float *y);
+void engram_hash(dsv41_session *s, const int32_t *ids, int64_t T, int64_t *out);
+void engram_forward(const dsv41_model *m, int32_t l, const int64_t *hashes, int64_t T, float *h, dsv41_trace *tr);
+void attention(dsv41_session *s, int32_t l, const float *x, int64_t T, float *out, dsv41_trace *tr);
+int64_t compressor(dsv41_session *s, int32_t l, const float *x, int64_t T, float *latent);
+int32_t indexer(dsv41_session *s, int32_t l, const float *x, const float *qr, const float *latent,
+                int64_t n_latent, int64_t T, int32_t offset);
+void topk_torch_cpu(const float *v, int32_t n, int32_t k, int32_t *out);
+void select_candidate_blocks(const float *score, int64_t T, int32_t width, const int32_t *visible,
+                             int32_t topk_blocks, int32_t block, uint8_t *keep);
+void moe(const dsv41_model *m, int32_t l, const float *x, int64_t T, float *y, float *route_w, int32_t *route_idx);
+
+#endif

@@ -1,0 +1,54 @@
+/* numerics.h - the number formats of DeepSeek-V4.1 and the rounding points of its release code.
+ *
+ * Every tensor the reference keeps in bf16 is held here as an f32 whose value is exactly a bf16
+ * (bf16_round); every fake-quant round trip (fp8 KV, fp4 latents and index keys) writes values
+ * back the same way. The codecs reproduce torch's casts bit for bit, including tie rules. */
+#ifndef DSV41_NUMERICS_H
+#define DSV41_NUMERICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- bf16: round to nearest even on the f32 bit pattern, NaN passes through (torch's cast) */
+static inline uint32_t f32_bits(float x) { union { float f; uint32_t u; } v = {x}; return v.u; }
+static inline float bits_f32(uint32_t u) { union { uint32_t u; float f; } v = {u}; return v.f; }
+static inline uint16_t f32_to_bf16(float x) {
+    uint32_t b = f32_bits(x);
+    if ((b & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((b >> 16) | 0x40);
+    return (uint16_t)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+}
+static inline float bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+static inline float bf16_round(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
+/* ---- fp8 e4m3fn (bias 7, max 448, no inf, 0x7F/0xFF NaN), RNE, saturating above 448 */
+uint8_t f32_to_e4m3(float x);
+float e4m3_to_f32(uint8_t code);
+/* ---- e8m0 (a power of two 2^(code-127); 255 is NaN): torch's cast rounds to the nearest
+ * exponent with an exact 1.5*2^k going to the even exponent */
+uint8_t f32_to_e8m0(float x);
+static inline float e8m0_to_f32(uint8_t code) {
+    return code == 0 ? bits_f32(0x00400000u) : code == 255 ? bits_f32(0x7FC00000u) : bits_f32((uint32_t)code << 23);
+}
+/* ---- fp4 e2m1: magnitudes {0,.5,1,1.5,2,3,4,6}, bit 3 the sign; ties go to the even code */
+uint8_t f32_to_e2m1(float x);
+float e2m1_to_f32(uint8_t code);
+
+/* 2^ceil(log2 v) for a positive normal f32, from its fields (kernel.py fast_log2_ceil/pow2) */
+float pow2_ceil(float v);
+
+/* act_quant in place: per block of 32, s = pow2_ceil(max(amax,1e-4)/448),
+ * x = bf16(e4m3(clamp(x/s, +-448)) * s). n must be a multiple of 32. */
+void fp8_fake_quant(float *x, size_t n);
+/* fp4_act_quant in place with e8m0 scales: s = pow2_ceil(max(amax, 6*2^-126)/6). */
+void fp4_fake_quant_e8m0(float *x, size_t n, size_t block);
+/* fp4_act_quant in place with e4m3 scales: s = e4m3(max(amax, 6*2^-9)/6). */
+void fp4_fake_quant_e4m3(float *x, size_t n, size_t block);
+
+/* ---- the golden's deterministic filler (FNV-1a salt + splitmix64) */
+uint64_t fnv1a64(const char *s);
+uint64_t splitmix64(uint64_t z);
+uint64_t fixed_raw(const char *name, uint64_t i);
+float fixed_value(const char *name, uint64_t i, double scale, double offset);
+uint64_t fixed_int(const char *name, uint64_t i, uint64_t m);
+
+#endif

@@ -1,0 +1,48 @@
+/* scratch.c - the per-thread bump arena (see scratch.h). */
+#include "scratch.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define SCRATCH_BLOCKS 64
+#define SCRATCH_MIN (1u << 20)
+
+typedef struct {
+    unsigned char *base;
+    size_t size;
+} block;
+
+static _Thread_local block blocks[SCRATCH_BLOCKS];
+static _Thread_local scratch_mark top;
+
+scratch_mark scratch_begin(void) { return top; }
+
+void scratch_end(scratch_mark mark) { top = mark; }
+
+void *scratch_bytes(size_t n) {
+    n = (n + 63) & ~(size_t)63;
+    for (;;) {
+        block *b = &blocks[top.block];
+        if (b->base && top.used + n <= b->size) {
+            void *p = b->base + top.used;
+            top.used += n;
+            return p;
+        }
+        if (!b->base || top.used == 0) { /* an empty block too small for n: replace it */
+            free(b->base);
+            b->size = n > SCRATCH_MIN ? n : SCRATCH_MIN;
+            b->base = aligned_alloc(64, b->size);
+            if (!b->base) {
+                fprintf(stderr, "dsv41: out of memory for %zu bytes of scratch\n", n);
+                abort();
+            }
+            continue;
+        }
+        if (top.block + 1 >= SCRATCH_BLOCKS) {
+            fprintf(stderr, "dsv41: scratch arena exhausted\n");
+            abort();
+        }
+        top.block++;
+        top.used = 0;
+    }
+}
