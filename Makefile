@@ -3,7 +3,7 @@ CC      ?= gcc
 CFLAGS  ?= -O2
 # -ffp-contract=off: the reference's rounding points assume no fused multiply-adds
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -ffp-contract=off -Iinclude -Isrc
-LDLIBS  = -lm -lpthread
+LDLIBS  = -lpcre2-8 -lm -lpthread
 
 LIB_SRC = $(wildcard src/*.c)
 LIB_OBJ = $(LIB_SRC:src/%.c=build/%.o) build/tiny_model.o
@@ -26,8 +26,8 @@ build/tiny_model.o: build/tiny_model.c
 build/libdsv41.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-dsv41: cli/main.c build/libdsv41.a
-	$(CC) $(CFLAGS) $< build/libdsv41.a $(LDLIBS) -o $@
+dsv41: $(wildcard cli/*.c cli/*.h) build/libdsv41.a
+	$(CC) $(CFLAGS) $(wildcard cli/*.c) build/libdsv41.a $(LDLIBS) -o $@
 
 build/test_%: tests/test_%.c tests/testing.h build/libdsv41.a
 	$(CC) $(CFLAGS) $< build/libdsv41.a $(LDLIBS) -o $@

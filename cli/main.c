@@ -117,6 +117,6 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "check")) return cmd_check(argc - 2, argv + 2);
     if (!strcmp(argv[1], "run")) return cmd_run(argc - 2, argv + 2);
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) { usage(); return 0; }
-    fprintf(stderr, "dsv41: unknown command '%s'\n", argv[1]);
-    return usage();
+    fprintf(stderr, "dsv41: unknown command '%s' (dsv41 --help lists them)\n", argv[1]);
+    return 2;
 }

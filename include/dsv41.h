@@ -53,6 +53,38 @@ void dsv41_golden_free(dsv41_golden *g);
  * Returns 0 with the counts filled, or -1 when the golden is malformed or disagrees with m. */
 int dsv41_golden_check(const dsv41_golden *g, const dsv41_model *m, FILE *report, int32_t *passed, int32_t *failed);
 
+/* ---- tokenizer: byte-level BPE read from a Hugging Face tokenizer.json */
+typedef struct dsv41_tokenizer dsv41_tokenizer;
+dsv41_tokenizer *dsv41_tokenizer_load(const char *path);
+/* As dsv41_tokenizer_load, with the file's added tokens replaced by the table in
+ * added_tokens_path (a JSON object {"id": "spelling", ...}), as the V4.1 test tokenizer is built. */
+dsv41_tokenizer *dsv41_tokenizer_load_with_added(const char *path, const char *added_tokens_path);
+void dsv41_tokenizer_free(dsv41_tokenizer *t);
+int32_t dsv41_tokenizer_n_vocab(const dsv41_tokenizer *t);
+/* The id of a token spelling (added or vocabulary), or -1. */
+int32_t dsv41_tokenizer_find(const dsv41_tokenizer *t, const char *spelling);
+/* Encodes len bytes of UTF-8. With special != 0, added-token spellings in the text become their
+ * ids; otherwise they are ordinary text. Writes at most cap ids and returns the full count, or
+ * -1 with dsv41_error() (invalid UTF-8 is an error naming the byte offset). */
+int64_t dsv41_tokenize(const dsv41_tokenizer *t, const char *text, size_t len, int special, int32_t *ids, int64_t cap);
+/* The raw bytes token id stands for (byte-level decoded), or NULL for an unknown id. */
+const char *dsv41_token_bytes(const dsv41_tokenizer *t, int32_t id, size_t *len);
+/* Streaming decode: bytes of a character split across tokens are held back until it is
+ * complete; a sequence that can never be valid UTF-8 is emitted as U+FFFD. */
+typedef struct {
+    unsigned char pending[8]; /* bytes of an incomplete character */
+    int32_t n;                /* how many are pending */
+} dsv41_utf8_stream;
+/* Appends token id to the stream; writes the now-complete text to out (at most cap bytes; 4*8+
+ * is always enough) and returns its length, or -1 for an unknown id. */
+int64_t dsv41_detokenize(const dsv41_tokenizer *t, dsv41_utf8_stream *st, int32_t id, char *out, int64_t cap);
+
+/* ---- chat encoding of DeepSeek-V4.1 */
+/* Renders a chat case, JSON text {"messages": [...], "tools": [...]?, "options": {...}?} with
+ * the schema of chat_vectors.json, to the prompt text. Returns a malloc'd NUL-terminated
+ * string, or NULL with dsv41_error() for an invalid case. */
+char *dsv41_chat_render(const char *case_json, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "golden.h"
+
 #include "filler.h"
-#include "json.h"
-#include "model.h"
 
 struct dsv41_golden {
     json *root;
@@ -29,6 +29,8 @@ dsv41_golden *dsv41_golden_load(const char *path) {
     g->root = root;
     return g;
 }
+
+const json *golden_root(const dsv41_golden *g) { return g->root; }
 
 void dsv41_golden_free(dsv41_golden *g) {
     if (!g) return;
@@ -66,9 +68,7 @@ static int64_t num_at(const json *a, size_t i, int *ok) {
     return json_i64(v);
 }
 
-/* The regime's capture `name` against the merged model values got [n]. Returns 1 pass, 0 fail,
- * -1 malformed. */
-static int compare(const char *regime, const char *name, const json *cap, const double *got, int32_t ndim,
+int golden_compare(const char *regime, const char *name, const json *cap, const double *got, int32_t ndim,
                    const int64_t *shape, FILE *report) {
     const json *sh = json_get(cap, "shape"), *st = json_get(cap, "stride"), *ck = json_get(cap, "ck"),
                *data = json_get(cap, "data");
@@ -163,7 +163,7 @@ static int run_regime(const char *regime, const json *R, dsv41_session **ss, dsv
             (*failed)++;
             continue;
         }
-        int r = compare(regime, name, &R->items[i], got, ndim, shape, report);
+        int r = golden_compare(regime, name, &R->items[i], got, ndim, shape, report);
         free(got);
         if (r < 0) return -1;
         if (r) (*passed)++;

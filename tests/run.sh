@@ -1,0 +1,18 @@
+#!/bin/sh
+# run.sh - runs every test program given and the CLI tests, then prints the total as one
+# "N passed, N failed" line. Exits non-zero if anything failed or a program crashed.
+passed=0; failed=0
+tally() { # $1: a program's output; adds its closing line's counts
+    line=$(printf '%s\n' "$1" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
+    if [ -z "$line" ]; then failed=$((failed + 1)); echo "no summary line: counted as one failure"; return; fi
+    passed=$((passed + ${line%% passed*})); f=${line#*passed, }; failed=$((failed + ${f%% failed*}))
+}
+for t in "$@" tests/cli.sh; do
+    echo "== $t"
+    out=$("$t" 2>&1); rc=$?
+    printf '%s\n' "$out"
+    tally "$out"
+    [ $rc -ne 0 ] && [ "$(printf '%s\n' "$out" | grep -cE '^[0-9]+ passed, 0 failed$')" -gt 0 ] && failed=$((failed + 1))
+done
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

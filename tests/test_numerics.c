@@ -1,0 +1,151 @@
+/* test_numerics.c - codecs, fake quants, the filler, torch's top-k tie order and the Sinkhorn
+ * split, each against values pinned by GOLDEN.md or recorded from torch. */
+#include <math.h>
+#include <string.h>
+
+#include "model.h"
+#include "numerics.h"
+#include "testing.h"
+
+static void test_e4m3(void) {
+    static const struct { float x; uint8_t code; } pinned[] = {
+        {1.0f, 0x38}, {0.5f, 0x30}, {448.0f, 0x7E}, {0x1p-6f, 0x08}, {0x1p-9f, 0x01},
+        {1.0625f, 0x38}, {1.1875f, 0x3A}, {-1.5f, 0xBC}, {1000.0f, 0x7E}, {-1000.0f, 0xFE}, {1e-30f, 0x00},
+    };
+    for (size_t i = 0; i < sizeof pinned / sizeof *pinned; i++)
+        CHECK(f32_to_e4m3(pinned[i].x) == pinned[i].code, "e4m3(%g) = 0x%02x, want 0x%02x", pinned[i].x,
+              f32_to_e4m3(pinned[i].x), pinned[i].code);
+    CHECK(f32_to_e4m3(NAN) == 0x7F, "e4m3(NaN)");
+    int roundtrip = 1;
+    for (int c = 0; c < 256; c++)
+        if ((c & 0x7F) != 0x7F && f32_to_e4m3(e4m3_to_f32((uint8_t)c)) != (c == 0x80 ? 0x80 : c)) roundtrip = 0;
+    CHECK(roundtrip, "every non-NaN e4m3 code round-trips");
+    CHECK(isnan(e4m3_to_f32(0x7F)) && e4m3_to_f32(0x01) == 0x1p-9f && e4m3_to_f32(0x7E) == 448.0f, "e4m3 decode");
+}
+
+static void test_bf16_e8m0_e2m1(void) {
+    /* bf16: round to nearest, ties to even on the dropped half */
+    CHECK(bf16_round(bits_f32(0x3F808000u)) == bits_f32(0x3F800000u), "bf16 tie rounds down to even");
+    CHECK(bf16_round(bits_f32(0x3F818000u)) == bits_f32(0x3F820000u), "bf16 tie rounds up to even");
+    CHECK(bf16_round(bits_f32(0x3F808001u)) == bits_f32(0x3F810000u), "bf16 above the tie rounds up");
+    CHECK(isnan(bf16_round(NAN)), "bf16 keeps NaN");
+    CHECK(bf16_round(0.01751995086669922f) == 0.017578125f, "bf16 of the first embed value");
+    /* e8m0: exactly 1.5*2^k goes to the even exponent */
+    CHECK(e8m0_to_f32(f32_to_e8m0(1.5f)) == 2.0f, "e8m0(1.5) = 2 (exponent 127 odd -> 128)");
+    CHECK(e8m0_to_f32(f32_to_e8m0(3.0f)) == 2.0f, "e8m0(3) = 2 (exponent 128 even stays)");
+    CHECK(e8m0_to_f32(f32_to_e8m0(1.4f)) == 1.0f && e8m0_to_f32(f32_to_e8m0(1.6f)) == 2.0f, "e8m0 nearest");
+    CHECK(e8m0_to_f32(f32_to_e8m0(0.75f)) == 0.5f, "e8m0(0.75) = 0.5 (exponent 126 even stays)");
+    /* e2m1 ties go to the even code */
+    static const float in[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, -1.2f, 7.0f, -0.25f};
+    static const float want[] = {0.0f, 1.0f, 1.0f, 2.0f, 2.0f, 4.0f, 4.0f, -1.0f, 6.0f, -0.0f};
+    for (size_t i = 0; i < sizeof in / sizeof *in; i++)
+        CHECK(e2m1_to_f32(f32_to_e2m1(in[i])) == want[i], "e2m1(%g) = %g, want %g", in[i],
+              e2m1_to_f32(f32_to_e2m1(in[i])), want[i]);
+    CHECK(pow2_ceil(1.0f) == 1.0f && pow2_ceil(1.0001f) == 2.0f && pow2_ceil(0.3f) == 0.5f, "pow2_ceil");
+}
+
+static void test_fake_quant(void) {
+    float x[32], y[32];
+    for (int i = 0; i < 32; i++) x[i] = bf16_round(sinf((float)i) * 3.0f);
+    memcpy(y, x, sizeof x);
+    fp8_fake_quant(y, 32);
+    float amax = 0;
+    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
+    float s = pow2_ceil(amax / 448.0f);
+    int ok = 1;
+    for (int i = 0; i < 32; i++) ok &= y[i] == e4m3_to_f32(f32_to_e4m3(x[i] / s)) * s && fabsf(y[i] - x[i]) <= fabsf(x[i]) / 16;
+    CHECK(ok, "fp8 fake quant is e4m3 with a power-of-two scale");
+    memcpy(y, x, sizeof x);
+    fp4_fake_quant_e8m0(y, 32, 32);
+    s = pow2_ceil(amax / 6.0f);
+    ok = 1;
+    for (int i = 0; i < 32; i++) ok &= y[i] == e2m1_to_f32(f32_to_e2m1(x[i] / s)) * s;
+    CHECK(ok, "fp4 e8m0 fake quant");
+    float z[16] = {0};
+    fp4_fake_quant_e4m3(z, 16, 16);
+    CHECK(z[0] == 0.0f && z[15] == 0.0f, "an all-zero fp4 block stays zero (scale floor keeps it finite)");
+}
+
+static void test_filler(void) {
+    static const uint64_t probe[8] = {4530187002354869821ULL, 17455673724717726068ULL, 7244518941104967962ULL,
+                                      6691932448422664946ULL, 5177458398162290887ULL, 7567973285506226951ULL,
+                                      2584614307495523529ULL, 3386116918508268945ULL};
+    for (int i = 0; i < 8; i++) CHECK(fixed_raw("probe", (uint64_t)i) == probe[i], "fixed_raw(probe, %d)", i);
+    CHECK(fnv1a64("embed.weight") == 0x9ac37bcac2dc8a00ULL, "fnv1a64(embed.weight)");
+    CHECK(fixed_raw("embed.weight", 0) == 0x847c3095632f2542ULL, "raw z of embed.weight[0]");
+    float e0 = fixed_value("embed.weight", 0, 0.5, 0.0);
+    CHECK(f32_bits(e0) == 0x3c8f8600u, "embed.weight[0] bits");
+    CHECK(bf16_round(fixed_value("embed.weight", 1, 0.5, 0.0)) == -0.34765625f, "embed.weight[1] after bf16");
+    CHECK(bf16_round(fixed_value("embed.weight", 2, 0.5, 0.0)) == -0.01055908203125f, "embed.weight[2] after bf16");
+    CHECK(f32_bits(fixed_value("layers.0.hc_attn_fn", 0, 0.0625, 0.0)) == 0x3b1c86e0u, "hc_attn_fn[0]");
+    CHECK(fixed_value("layers.0.hc_attn_fn", 1, 0.0625, 0.0) == -0.04594811797142029f, "hc_attn_fn[1]");
+    static const float norm[4] = {0.97265625f, 1.0390625f, 1.0234375f, 0.953125f};
+    for (int i = 0; i < 4; i++)
+        CHECK(bf16_round(fixed_value("layers.0.attn_norm.weight", (uint64_t)i, 0.05, 1.0)) == norm[i], "attn_norm[%d]", i);
+    CHECK(fixed_value("head.weight", 0, 0.125, 0.0) == 0.056958675384521484f, "head.weight[0]");
+    CHECK(fixed_value("head.weight", 1, 0.125, 0.0) == -0.10099005699157715f, "head.weight[1]");
+    static const uint64_t ids[14] = {2, 17, 47, 13, 32, 59, 39, 29, 42, 31, 36, 6, 27, 8};
+    for (int t = 0; t < 14; t++) CHECK(fixed_int("input_ids", (uint64_t)t, 64) == ids[t], "input id %d", t);
+}
+
+/* Index sets recorded from torch 2.11's CPU topk: values as text, '-' = -inf, '+' = +inf. */
+static void test_topk_ties(void) {
+    static const struct { const char *vals; int k; int want[6]; } cases[] = {
+        {"1 1 - - - - - 1 - - - -", 6, {0, 1, 7, 8, 9, 11}},
+        {"0 0 0 - .25 - 1 - 0 - - .25", 6, {0, 2, 4, 6, 8, 11}},
+        {"- 0 - .25 - - - - 2 - - - -", 6, {1, 3, 8, 9, 10, 12}},
+        {"- - - 1 - - - - - - 0 - 1 -", 6, {3, 8, 9, 10, 11, 12}},
+        {"1 0 1 0 - - - 2 .5 - 1 1", 6, {0, 2, 7, 8, 10, 11}},
+        {"- - - - - - - - - 0 0 - .5", 6, {6, 7, 8, 9, 10, 12}},
+        {".25 - - - - - - - - 0 - - - 1", 6, {0, 7, 8, 9, 12, 13}},
+        {"- 1 .5 - - 1 - 2 .25 0 0 1", 6, {1, 2, 5, 7, 8, 11}},
+        {"- .25 - - .5 - 0 2 - 0 .25 0 - -", 6, {1, 4, 6, 7, 10, 11}},
+        {"- - - - .5 +", 3, {3, 4, 5}},
+        {"- - - 0 0 + .5", 3, {3, 5, 6}},
+        {"1 - .5 - - +", 3, {0, 2, 5}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        float v[32];
+        int n = 0;
+        char buf[128];
+        snprintf(buf, sizeof buf, "%s", cases[c].vals);
+        for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " "))
+            v[n++] = tok[0] == '-' && !tok[1] ? -INFINITY : tok[0] == '+' ? INFINITY : strtof(tok, NULL);
+        int32_t got[6], k = cases[c].k;
+        topk_torch_cpu(v, n, k, got);
+        for (int i = 1; i < k; i++) /* sort the set */
+            for (int j = i; j > 0 && got[j] < got[j - 1]; j--) { int32_t t = got[j]; got[j] = got[j - 1]; got[j - 1] = t; }
+        int same = 1;
+        for (int i = 0; i < k; i++) same &= got[i] == cases[c].want[i];
+        CHECK(same, "top-k tie case %zu: got {%d,%d,%d,...}", c, got[0], got[1], got[2]);
+    }
+}
+
+static void test_sinkhorn(void) {
+    float mix[24], scale[3] = {1.0f, 1.0f, 1.0f}, base[24] = {0}, pre[4], post[4], comb[16];
+    for (int i = 0; i < 24; i++) mix[i] = sinf((float)i * 1.7f) * 2.0f;
+    hc_split_sinkhorn(mix, scale, base, 4, 20, 1e-6f, pre, post, comb);
+    int ok = 1;
+    for (int j = 0; j < 4; j++) {
+        float rs = 0, cs = 0;
+        for (int k = 0; k < 4; k++) { rs += comb[j * 4 + k]; cs += comb[k * 4 + j]; }
+        ok &= fabsf(rs - 1.0f) < 1e-3f && fabsf(cs - 1.0f) < 1e-5f;
+        ok &= fabsf(pre[j] - (1.0f / (1.0f + expf(-mix[j])) + 1e-6f)) < 1e-7f;
+        ok &= fabsf(post[j] - 2.0f / (1.0f + expf(-mix[4 + j]))) < 1e-7f;
+    }
+    CHECK(ok, "Sinkhorn: columns sum to 1, rows nearly, pre/post are the sigmoids");
+    hc_split_sinkhorn(mix, scale, base, 4, 1, 1e-6f, pre, post, comb);
+    float s0 = 0;
+    for (int k = 0; k < 4; k++) s0 += comb[k * 4];
+    CHECK(fabsf(s0 - 1.0f) < 1e-6f, "one iteration ends with a column pass");
+}
+
+int main(void) {
+    test_e4m3();
+    test_bf16_e8m0_e2m1();
+    test_fake_quant();
+    test_filler();
+    test_topk_ties();
+    test_sinkhorn();
+    return test_summary();
+}
