@@ -10,8 +10,15 @@
 static int usage(void) {
     fprintf(stderr,
             "usage: dsv41 <command> [options]\n"
-            "  check GOLDEN.json           run a golden file's regimes and compare every capture\n"
-            "  run [--ids A,B,C] [-n N]    prefill the ids on the built-in tiny model, decode N tokens greedily\n");
+            "  check GOLDEN.json [-m DIR]  run a golden file's regimes and compare every capture\n"
+            "                              (weights from the checkpoint DIR instead of the golden's filler)\n"
+            "  run [-m DIR] --ids A,B,C [-n N]\n"
+            "                              prefill the ids, decode N tokens greedily (built-in tiny model by default)\n"
+            "  convert --golden GOLDEN.json --dtype bf16|fp8 -o DIR\n"
+            "                              write the golden's model as a checkpoint in the release layout\n"
+            "  synth --config FILE -o DIR [--dtype bf16|fp8]\n"
+            "                              write a checkpoint of any geometry with filler weights\n"
+            "  inspect DIR                 config, layer roles, tensor bytes per dtype, bytes read per decoded token\n");
     return 2;
 }
 
@@ -21,10 +28,16 @@ static int fail(const char *what) {
 }
 
 static int cmd_check(int argc, char **argv) {
-    if (argc != 1) { fprintf(stderr, "usage: dsv41 check GOLDEN.json\n"); return 2; }
-    dsv41_golden *g = dsv41_golden_load(argv[0]);
+    const char *golden = NULL, *dir = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "-m") && i + 1 < argc) dir = argv[++i];
+        else if (!golden && argv[i][0] != '-') golden = argv[i];
+        else { fprintf(stderr, "usage: dsv41 check GOLDEN.json [-m DIR]\n"); return 2; }
+    }
+    if (!golden) { fprintf(stderr, "usage: dsv41 check GOLDEN.json [-m DIR]\n"); return 2; }
+    dsv41_golden *g = dsv41_golden_load(golden);
     if (!g) return fail(dsv41_error());
-    dsv41_model *m = dsv41_model_from_golden(g);
+    dsv41_model *m = dir ? dsv41_model_load(dir) : dsv41_model_from_golden(g);
     if (!m) { dsv41_golden_free(g); return fail(dsv41_error()); }
     int32_t passed, failed;
     int rc = dsv41_golden_check(g, m, stdout, &passed, &failed);
@@ -33,6 +46,50 @@ static int cmd_check(int argc, char **argv) {
     if (rc) return fail(dsv41_error());
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
+}
+
+static int cmd_convert(int argc, char **argv) {
+    const char *golden = NULL, *dtype = NULL, *out = NULL;
+    for (int i = 0; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--golden")) golden = argv[i + 1];
+        else if (!strcmp(argv[i], "--dtype")) dtype = argv[i + 1];
+        else if (!strcmp(argv[i], "-o")) out = argv[i + 1];
+        else break;
+    }
+    if (!golden || !dtype || !out || argc != 6) {
+        fprintf(stderr, "usage: dsv41 convert --golden GOLDEN.json --dtype bf16|fp8 -o DIR\n");
+        return 2;
+    }
+    dsv41_golden *g = dsv41_golden_load(golden);
+    if (!g) return fail(dsv41_error());
+    int rc = dsv41_convert_golden(g, dtype, out);
+    dsv41_golden_free(g);
+    return rc ? fail(dsv41_error()) : 0;
+}
+
+static int cmd_synth(int argc, char **argv) {
+    const char *cfg = NULL, *dtype = "bf16", *out = NULL;
+    int i = 0;
+    for (; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--config")) cfg = argv[i + 1];
+        else if (!strcmp(argv[i], "--dtype")) dtype = argv[i + 1];
+        else if (!strcmp(argv[i], "-o")) out = argv[i + 1];
+        else break;
+    }
+    if (!cfg || !out || i != argc) {
+        fprintf(stderr, "usage: dsv41 synth --config FILE -o DIR [--dtype bf16|fp8]\n");
+        return 2;
+    }
+    return dsv41_synth(cfg, dtype, out) ? fail(dsv41_error()) : 0;
+}
+
+static int cmd_inspect(int argc, char **argv) {
+    if (argc != 1) { fprintf(stderr, "usage: dsv41 inspect DIR\n"); return 2; }
+    dsv41_model *m = dsv41_model_load(argv[0]);
+    if (!m) return fail(dsv41_error());
+    dsv41_model_describe(m, stdout);
+    dsv41_model_free(m);
+    return 0;
 }
 
 static double now_s(void) {
@@ -66,8 +123,11 @@ static int cmd_run(int argc, char **argv) {
     int32_t ids[4096];
     int n_ids = 0;
     long n_new = 16;
+    const char *dir = NULL;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--ids") && i + 1 < argc) {
+        if (!strcmp(argv[i], "-m") && i + 1 < argc) {
+            dir = argv[++i];
+        } else if (!strcmp(argv[i], "--ids") && i + 1 < argc) {
             n_ids = parse_ids(argv[++i], ids, 4096);
             if (n_ids <= 0) return fail("run: --ids wants comma-separated non-negative integers");
         } else if (!strcmp(argv[i], "-n") && i + 1 < argc) {
@@ -80,7 +140,7 @@ static int cmd_run(int argc, char **argv) {
         }
     }
     if (n_ids == 0) return fail("run: give the prompt as --ids A,B,C");
-    dsv41_model *m = dsv41_model_builtin();
+    dsv41_model *m = dir ? dsv41_model_load(dir) : dsv41_model_builtin();
     if (!m) return fail(dsv41_error());
     int32_t V = dsv41_model_vocab_size(m), ctx = dsv41_model_max_seq_len(m);
     if ((long)n_ids + n_new > ctx) {
@@ -116,6 +176,9 @@ int main(int argc, char **argv) {
     if (argc < 2) return usage();
     if (!strcmp(argv[1], "check")) return cmd_check(argc - 2, argv + 2);
     if (!strcmp(argv[1], "run")) return cmd_run(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "convert")) return cmd_convert(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "inspect")) return cmd_inspect(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "synth")) return cmd_synth(argc - 2, argv + 2);
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) { usage(); return 0; }
     fprintf(stderr, "dsv41: unknown command '%s' (dsv41 --help lists them)\n", argv[1]);
     return 2;

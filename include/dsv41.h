@@ -27,7 +27,14 @@ const char *dsv41_error(void);
 dsv41_model *dsv41_model_builtin(void);
 /* The model a golden file describes: its fixture config and weights_meta filler weights. */
 dsv41_model *dsv41_model_from_golden(const dsv41_golden *g);
+/* A checkpoint directory in the release layout: config.json, model.safetensors.index.json and
+ * its shards (or one model.safetensors), engram_token_map.json when the model has Engram
+ * layers. Tensors are memory-mapped and used in place. */
+dsv41_model *dsv41_model_load(const char *dir);
 void dsv41_model_free(dsv41_model *m);
+/* Prints the config, the layer roles, tensor counts and bytes per storage dtype, and the bytes
+ * of weights one decoded token reads. */
+void dsv41_model_describe(const dsv41_model *m, FILE *out);
 int32_t dsv41_model_vocab_size(const dsv41_model *m);
 int32_t dsv41_model_max_seq_len(const dsv41_model *m);
 
@@ -52,6 +59,14 @@ void dsv41_golden_free(dsv41_golden *g);
  * every capture against the golden's bars. Writes one line per failing capture to report.
  * Returns 0 with the counts filled, or -1 when the golden is malformed or disagrees with m. */
 int dsv41_golden_check(const dsv41_golden *g, const dsv41_model *m, FILE *report, int32_t *passed, int32_t *failed);
+/* Writes the golden's fixture model as a checkpoint directory in the release layout. dtype
+ * "bf16" keeps every value the filler's; "fp8" stores dense weights as e4m3 with 32x32 e8m0
+ * scales and routed experts as packed e2m1 with per-32 e8m0 scales, as the release does. The
+ * directory appears whole (written under a temporary name, then renamed) or not at all. */
+int dsv41_convert_golden(const dsv41_golden *g, const char *dtype, const char *out_dir);
+/* Writes a checkpoint of any geometry with filler weights (the golden generator's naming rule)
+ * in the release formats. config_path is a fixture-shaped JSON config such as models/tiny.json. */
+int dsv41_synth(const char *config_path, const char *dtype, const char *out_dir);
 
 /* ---- tokenizer: byte-level BPE read from a Hugging Face tokenizer.json */
 typedef struct dsv41_tokenizer dsv41_tokenizer;

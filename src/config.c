@@ -9,6 +9,7 @@
 
 #include "json.h"
 #include "model.h"
+#include "nprandom.h"
 
 static _Thread_local char error_buf[512];
 
@@ -22,8 +23,49 @@ int set_error(const char *fmt, ...) {
 
 const char *dsv41_error(void) { return error_buf; }
 
-static const json *need(const json *o, const char *key, json_type t) {
-    const json *v = json_get(o, key);
+/* Where config keys come from: a fixture-shaped object (ModelArgs names), or a served HF
+ * config.json whose text_config spells them differently (V41_REFERENCE.md section 1.2). */
+typedef struct {
+    const json *flat;   /* ModelArgs-named object, or NULL */
+    const json *text;   /* served text_config, or NULL */
+} cfg_src;
+
+static const struct { const char *key, *served; } ALIASES[] = {
+    {"dim", "hidden_size"}, {"moe_inter_dim", "moe_intermediate_size"}, {"n_layers", "num_hidden_layers"},
+    {"n_heads", "num_attention_heads"}, {"rope_head_dim", "qk_rope_head_dim"}, {"norm_eps", "rms_norm_eps"},
+    {"n_activated_experts", "num_experts_per_tok"}, {"score_func", "scoring_func"},
+    {"route_scale", "routed_scaling_factor"}, {"window_size", "sliding_window"},
+    {"kv_source_layers", "kv_source_layer_ids"}, {"index_source_layers", "index_source_layer_ids"},
+    {"candidate_source_layer", "candidate_source_layer_id"}, {"engram_pad_id", "engram_pad_token_id"},
+    {"n_mtp_layers", "num_nextn_predict_layers"},
+};
+static const struct { const char *key, *sub; } ROPE_SCALING[] = {
+    {"rope_factor", "factor"}, {"original_seq_len", "original_max_position_embeddings"},
+    {"beta_fast", "beta_fast"}, {"beta_slow", "beta_slow"},
+};
+/* ModelArgs defaults for keys a config.json may leave out */
+static const json DEFAULT_MAX_SEQ = {.type = JSON_NUM, .num = 4096, .is_int = 1, .bits = 4096};
+static const json DEFAULT_ONE = {.type = JSON_NUM, .num = 1.0};
+static const json DEFAULT_TRUE = {.type = JSON_BOOL, .num = 1};
+
+static const json *lookup(const cfg_src *src, const char *key) {
+    const json *v = NULL;
+    if (src->flat) v = json_get(src->flat, key);
+    if (!v && src->text) {
+        v = json_get(src->text, key);
+        for (size_t i = 0; !v && i < sizeof ALIASES / sizeof *ALIASES; i++)
+            if (!strcmp(key, ALIASES[i].key)) v = json_get(src->text, ALIASES[i].served);
+        for (size_t i = 0; !v && i < sizeof ROPE_SCALING / sizeof *ROPE_SCALING; i++)
+            if (!strcmp(key, ROPE_SCALING[i].key)) v = json_get(json_get(src->text, "rope_scaling"), ROPE_SCALING[i].sub);
+    }
+    if (!v && !strcmp(key, "max_seq_len")) v = &DEFAULT_MAX_SEQ;
+    if (!v && !strcmp(key, "gate_temp")) v = &DEFAULT_ONE;
+    if (!v && !strcmp(key, "norm_topk_prob")) v = &DEFAULT_TRUE;
+    return v;
+}
+
+static const json *need(const cfg_src *o, const char *key, json_type t) {
+    const json *v = lookup(o, key);
     if (!v) { set_error("config: missing key '%s'", key); return NULL; }
     if (v->type != t && !(t == JSON_NUM && v->type == JSON_BOOL)) {
         set_error("config: key '%s' has the wrong type", key);
@@ -32,7 +74,7 @@ static const json *need(const json *o, const char *key, json_type t) {
     return v;
 }
 
-static int get_int(const json *o, const char *key, int32_t lo, int32_t hi, int32_t *out) {
+static int get_int(const cfg_src *o, const char *key, int32_t lo, int32_t hi, int32_t *out) {
     const json *v = need(o, key, JSON_NUM);
     if (!v) return -1;
     if (!v->is_int || json_i64(v) < lo || json_i64(v) > hi)
@@ -41,7 +83,7 @@ static int get_int(const json *o, const char *key, int32_t lo, int32_t hi, int32
     return 0;
 }
 
-static int get_float(const json *o, const char *key, float *out) {
+static int get_float(const cfg_src *o, const char *key, float *out) {
     const json *v = need(o, key, JSON_NUM);
     if (!v) return -1;
     *out = (float)v->num;
@@ -49,7 +91,7 @@ static int get_float(const json *o, const char *key, float *out) {
 }
 
 /* An integer list of at most cap entries with values in [lo, hi]; returns its length or -1. */
-static int get_int_list(const json *o, const char *key, int64_t lo, int64_t hi, int64_t *out, int cap) {
+static int get_int_list(const cfg_src *o, const char *key, int64_t lo, int64_t hi, int64_t *out, int cap) {
     const json *v = need(o, key, JSON_ARR);
     if (!v) return -1;
     if ((int)v->len > cap) return set_error("config: '%s' has more than %d entries", key, cap);
@@ -68,7 +110,7 @@ int config_engram_index(const config *c, int32_t layer) {
     return -1;
 }
 
-static int read_engram(config *c, const json *fx) {
+static int read_engram_geometry(config *c, const cfg_src *fx) {
     int64_t tmp[MAX_LAYERS];
     int n = get_int_list(fx, "engram_layer_ids", 0, c->n_layers - 1, tmp, MAX_ENGRAM);
     if (n < 0) return -1;
@@ -87,10 +129,28 @@ static int read_engram(config *c, const json *fx) {
     if (n == 0) return 0;
     if (get_int_list(fx, "engram_num_embeddings", 1, INT64_MAX, c->engram_rows, MAX_ENGRAM) != n)
         return set_error("config: engram_num_embeddings must have one entry per engram layer");
-    const json *e = need(fx, "engram", JSON_OBJ);
-    if (!e) return -1;
-    const json *pad = need(e, "pad_id_compressed", JSON_NUM), *mult = need(e, "multipliers", JSON_ARR),
-               *primes = need(e, "primes", JSON_ARR), *offs = need(e, "offsets", JSON_ARR);
+    int32_t vs, cv;
+    if (get_int(fx, "engram_vocab_size", 1, INT32_MAX, &vs) || get_int(fx, "engram_compressed_vocab_size", 1, INT32_MAX, &cv) ||
+        get_int(fx, "engram_pad_id", 0, c->vocab_size - 1, &c->engram_pad_id))
+        return -1;
+    c->engram_vocab_size = vs;
+    c->engram_compressed_vocab = cv;
+    return 0;
+}
+
+static const json *need_in(const json *o, const char *key, json_type t) {
+    cfg_src src = {o, NULL};
+    return need(&src, key, t);
+}
+
+/* The hash tables as a fixture ships them: {pad_id_compressed, token_map?, multipliers,
+ * primes, offsets}; token_map absent means the identity. */
+static int read_engram_tables(config *c, const json *e) {
+    int n = c->n_engram, cols = engram_cols(c);
+    if (n == 0) return 0;
+    if (!e || e->type != JSON_OBJ) return set_error("config: missing key 'engram' (the hash tables)");
+    const json *pad = need_in(e, "pad_id_compressed", JSON_NUM), *mult = need_in(e, "multipliers", JSON_ARR),
+               *primes = need_in(e, "primes", JSON_ARR), *offs = need_in(e, "offsets", JSON_ARR);
     if (!pad || !mult || !primes || !offs) return -1;
     c->engram_pad = json_i64(pad);
     if (mult->len != (size_t)n || primes->len != (size_t)n || offs->len != (size_t)n)
@@ -136,9 +196,9 @@ static int read_engram(config *c, const json *fx) {
 
 /* kv / index sources are the layers that own the compressor and the indexer; every compressed
  * layer reads the most recent source at or before it, so one must exist. */
-static int read_roles(config *c, const json *fx) {
+static int read_roles(config *c, const cfg_src *fx) {
     int64_t tmp[MAX_LAYERS];
-    if (get_int_list(fx, "compress_ratios", 0, 1 << 20, tmp, MAX_LAYERS) < c->n_layers)
+    if (get_int_list(fx, "compress_ratios", 0, 64, tmp, MAX_LAYERS) < c->n_layers)
         return set_error("config: compress_ratios must have at least n_layers entries");
     for (int l = 0; l < c->n_layers; l++) c->compress_ratio[l] = (int32_t)tmp[l];
     int n = get_int_list(fx, "kv_source_layers", 0, c->n_layers - 1, tmp, MAX_LAYERS);
@@ -163,18 +223,17 @@ static int read_roles(config *c, const json *fx) {
         if (c->is_kv_source[l] && !c->is_index_source[l])
             return set_error("config: kv source %d must also be an index source", l);
     }
-    const json *cs = need(fx, "candidate_source_layer", JSON_NUM);
-    if (!cs) return -1;
-    c->candidate_source_layer = cs->type == JSON_NUM && cs->is_int ? (int32_t)json_i64(cs) : -1;
+    const json *cs = lookup(fx, "candidate_source_layer");
+    c->candidate_source_layer = cs && cs->type == JSON_NUM && cs->is_int ? (int32_t)json_i64(cs) : -1;
     if (c->candidate_source_layer >= c->n_layers ||
         (c->candidate_source_layer >= 0 && !c->is_index_source[c->candidate_source_layer]))
         return set_error("config: candidate_source_layer must be an index source");
     return 0;
 }
 
-int config_from_fixture(config *c, const json *fx) {
-    memset(c, 0, sizeof *c);
-    if (!fx || fx->type != JSON_OBJ) return set_error("config: not a JSON object");
+static int compute_engram_tables(config *c, const int64_t *token_map);
+
+static int config_read(config *c, const cfg_src *fx) {
     const int32_t BIG = 1 << 30;
     if (get_int(fx, "vocab_size", 1, BIG, &c->vocab_size) || get_int(fx, "dim", 32, BIG, &c->dim) ||
         get_int(fx, "n_layers", 1, MAX_LAYERS, &c->n_layers) || get_int(fx, "n_heads", 1, BIG, &c->n_heads) ||
@@ -212,7 +271,75 @@ int config_from_fixture(config *c, const json *fx) {
         return set_error("config: n_heads*head_dim must divide into o_groups");
     if (c->n_activated_experts > c->n_routed_experts)
         return set_error("config: n_activated_experts exceeds n_routed_experts");
-    if (read_roles(c, fx) || read_engram(c, fx)) { config_free(c); return -1; }
+    return read_roles(c, fx) || read_engram_geometry(c, fx) ? -1 : 0;
+}
+
+int config_from_fixture(config *c, const json *fx) {
+    memset(c, 0, sizeof *c);
+    if (!fx || fx->type != JSON_OBJ) return set_error("config: not a JSON object");
+    cfg_src src = {fx, NULL};
+    if (config_read(c, &src)) return -1;
+    const json *tables = json_get(fx, "engram");
+    int rc = 0;
+    if (tables || c->n_engram == 0) {
+        rc = read_engram_tables(c, tables);
+    } else { /* no shipped tables: derive them as a checkpoint's loader does, token map the identity */
+        int64_t *ident = malloc((size_t)c->vocab_size * sizeof *ident);
+        if (!ident) return set_error("out of memory");
+        for (int32_t i = 0; i < c->vocab_size; i++) ident[i] = i;
+        rc = compute_engram_tables(c, ident);
+        free(ident);
+    }
+    if (rc) config_free(c);
+    return rc;
+}
+
+static int is_prime(int64_t n) {
+    if (n < 2) return 0;
+    for (int64_t d = 2; d * d <= n; d++)
+        if (n % d == 0) return 0;
+    return 1;
+}
+
+/* The release's layout: each (layer, n-gram size, head) takes the next prime above
+ * engram_vocab_size-1 not handed out yet; offsets restart at 0 per layer; the multipliers are
+ * numpy's default_rng(10007*layer).integers(0, bound, max_ngram) * 2 + 1. */
+static int compute_engram_tables(config *c, const int64_t *token_map) {
+    int64_t p = c->engram_vocab_size - 1, bound = (INT64_MAX / c->engram_compressed_vocab) / 2;
+    int cols = engram_cols(c);
+    for (int li = 0; li < c->n_engram; li++) {
+        int64_t rows = 0;
+        for (int col = 0; col < cols; col++) {
+            do p++; while (!is_prime(p));
+            c->engram_prime[li][col] = p;
+            c->engram_offset[li][col] = rows;
+            rows += p;
+        }
+        if (rows != c->engram_rows[li])
+            return set_error("config: engram layer %d has %lld rows but its primes sum to %lld", c->engram_layer[li],
+                             (long long)c->engram_rows[li], (long long)rows);
+        np_rng_integers(10007u * (uint64_t)c->engram_layer[li], bound < 1 ? 1 : bound, c->engram_max_ngram, c->engram_mult[li]);
+        for (int i = 0; i < c->engram_max_ngram; i++) c->engram_mult[li][i] = c->engram_mult[li][i] * 2 + 1;
+    }
+    c->engram_token_map = malloc((size_t)c->vocab_size * sizeof *c->engram_token_map);
+    if (!c->engram_token_map) return set_error("out of memory");
+    for (int32_t i = 0; i < c->vocab_size; i++) {
+        if (token_map[i] < 0 || token_map[i] >= c->engram_compressed_vocab)
+            return set_error("config: engram token map entry %d is outside [0, %lld)", i, (long long)c->engram_compressed_vocab);
+        c->engram_token_map[i] = token_map[i];
+    }
+    c->engram_pad = c->engram_token_map[c->engram_pad_id];
+    return 0;
+}
+
+int config_from_checkpoint(config *c, const json *root, const int64_t *token_map) {
+    memset(c, 0, sizeof *c);
+    if (!root || root->type != JSON_OBJ) return set_error("config.json: not a JSON object");
+    const json *text = json_get(root, "text_config");
+    cfg_src src = {text ? NULL : root, text};
+    if (config_read(c, &src)) return -1;
+    if (c->n_engram && !token_map) return set_error("config: the Engram layers need a compressed token map");
+    if (c->n_engram && compute_engram_tables(c, token_map)) { config_free(c); return -1; }
     return 0;
 }
 

@@ -151,19 +151,35 @@ static int meta_load(weight_source *src, dsv41_model *m, const char *name, int32
     return attach_scale(src, m, name, w);
 }
 
-dsv41_model *model_from_meta(const config *c, const json *meta) {
+weight_source *meta_source_new(const json *meta) {
     if (!meta || meta->type != JSON_OBJ) { set_error("golden: weights_meta is missing or not an object"); return NULL; }
-    meta_source ms = {{meta_load}, meta, calloc(meta->len + 1, 1)};
-    if (!ms.used) { set_error("out of memory"); return NULL; }
-    dsv41_model *m = model_build(c, &ms.base);
+    meta_source *ms = calloc(1, sizeof *ms);
+    if (ms) ms->used = calloc(meta->len + 1, 1);
+    if (!ms || !ms->used) { free(ms); set_error("out of memory"); return NULL; }
+    ms->base.load = meta_load;
+    ms->meta = meta;
+    return &ms->base;
+}
+
+void meta_source_free(weight_source *src) {
+    if (!src) return;
+    free(((meta_source *)src)->used);
+    free(src);
+}
+
+dsv41_model *model_from_meta(const config *c, const json *meta) {
+    weight_source *src = meta_source_new(meta);
+    if (!src) return NULL;
+    meta_source *ms = (meta_source *)src;
+    dsv41_model *m = model_build(c, src);
     for (size_t i = 0; m && i < meta->len; i++)
-        if (!ms.used[i]) {
+        if (!ms->used[i]) {
             set_error("golden: weights_meta has '%s', which the config does not use", meta->keys[i]);
             m->cfg.engram_token_map = NULL;
             dsv41_model_free(m);
             m = NULL;
         }
-    free(ms.used);
+    meta_source_free(src);
     return m;
 }
 
@@ -188,6 +204,13 @@ static int rule_load(weight_source *src, dsv41_model *m, const char *name, int32
     w->scale = s.data;
     w->scale_rows = 1;
     return 0;
+}
+
+weight_source *rule_source_new(const config *c) {
+    rule_source *rs = malloc(sizeof *rs);
+    if (!rs) { set_error("out of memory"); return NULL; }
+    *rs = (rule_source){{rule_load}, c};
+    return &rs->base;
 }
 
 dsv41_model *model_from_rule(const config *c) {

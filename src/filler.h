@@ -15,6 +15,11 @@ int fill_tensor(dsv41_model *m, const char *name, int32_t ndim, const int64_t *s
 
 struct json;
 dsv41_model *model_from_meta(const config *c, const struct json *meta);
+/* The weights_meta source on its own (convert wraps it to record what the loader asks for). */
+weight_source *meta_source_new(const struct json *meta);
+void meta_source_free(weight_source *src);
 dsv41_model *model_from_rule(const config *c);
+/* The naming-rule source on its own, for c (which must outlive it); free() it. */
+weight_source *rule_source_new(const config *c);
 
 #endif

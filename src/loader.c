@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "loader.h"
 
@@ -28,6 +29,8 @@ void dsv41_model_free(dsv41_model *m) {
     if (!m) return;
     for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
+    for (size_t i = 0; i < m->n_maps; i++) munmap(m->maps[i].addr, m->maps[i].len);
+    free(m->maps);
     config_free(&m->cfg);
     free(m);
 }
@@ -103,6 +106,7 @@ static int build_layer(builder *b, int32_t l) {
         mat(b, &L->wo_a, G * orank, H * hd / G, "attn.wo_a.weight") ||
         mat(b, &L->wo_b, dim, G * orank, "attn.wo_b.weight"))
         return -1;
+    L->wo_a.mode = AS_BF16;
     if (c->is_kv_source[l]) {
         if (mat(b, &L->comp_wkv, hd, dim, "attn.compressor.wkv.weight") ||
             (c->compress_ratio[l] > 1 && mat(b, &L->comp_wgate, hd, dim, "attn.compressor.wgate.weight")) ||
@@ -110,6 +114,7 @@ static int build_layer(builder *b, int32_t l) {
             mat(b, &L->idx_wk, ihd, hd, "attn.indexer.wk.weight") ||
             !(L->idx_k_norm = vec(b, ihd, "attn.indexer.k_norm.weight")))
             return -1;
+        if (c->compress_ratio[l] > 1) L->comp_wkv.mode = L->comp_wgate.mode = AS_F32;
     }
     if (c->is_index_source[l] && (mat(b, &L->idx_wq_b, IH * ihd, qr, "attn.indexer.wq_b.weight") ||
                                   mat(b, &L->idx_weights_proj, IH, dim, "attn.indexer.weights_proj.weight")))
@@ -143,6 +148,7 @@ dsv41_model *model_build(const config *cfg, weight_source *src) {
     if (mat(&b, &m->embed, c->vocab_size, c->dim, "embed.weight") || !(m->norm = vec(&b, c->dim, "norm.weight")) ||
         mat(&b, &m->head, c->vocab_size, c->dim, "head.weight"))
         goto fail;
+    m->head.mode = AS_F32;
     for (int32_t l = 0; l < c->n_layers; l++)
         if (build_layer(&b, l)) goto fail;
     if (rope_init(m)) goto fail;

@@ -44,6 +44,9 @@ typedef struct {
     int32_t n_engram;                               /* engram layers */
     int32_t engram_layer[MAX_ENGRAM];               /* [n_engram] layer ids, ascending */
     int32_t engram_max_ngram, engram_n_heads, engram_head_dim;
+    int64_t engram_vocab_size;                      /* hash primes start above this - 1 */
+    int64_t engram_compressed_vocab;                /* distinct compressed token ids */
+    int32_t engram_pad_id;                          /* pad token id (uncompressed) */
     int64_t engram_rows[MAX_ENGRAM];                /* [n_engram] table rows */
     int64_t engram_pad;                             /* pad id in compressed space */
     int64_t *engram_token_map;                      /* [vocab_size] token -> compressed id */
@@ -58,13 +61,22 @@ int config_engram_index(const config *c, int32_t layer); /* -1 when not an engra
 struct json;
 /* Fill c from a golden-fixture-shaped object (the golden's "fixture", models/tiny.json). */
 int config_from_fixture(config *c, const struct json *fx);
+/* Fill c from a checkpoint's config.json (served form with text_config, or the flat
+ * inference/config.json form), computing the Engram primes, offsets and multipliers as the
+ * release does; token_map [vocab_size] is the compressed token map (copied). */
+int config_from_checkpoint(config *c, const struct json *root, const int64_t *token_map);
 void config_free(config *c);
 
 /* ---- weights: a matrix in its storage format, never widened in memory */
 typedef enum { DT_F32, DT_BF16, DT_E4M3, DT_E8M0, DT_FP4 } dtype;
 
+/* How the release computes with a weight: by its storage dtype, or as the loader converted it
+ * (model.py holds the head and the ratio-2 compressor in f32 and dequantizes wo_a to bf16). */
+typedef enum { AS_STORED, AS_F32, AS_BF16 } weight_mode;
+
 typedef struct {
     dtype type;
+    weight_mode mode;
     int64_t rows, cols;       /* [out][in], as torch stores it */
     const void *data;         /* row-major elements; DT_FP4 packs two per byte, low nibble first */
     const uint8_t *scale;     /* e8m0 block scales for E4M3/FP4, NULL otherwise */
@@ -74,8 +86,9 @@ typedef struct {
 /* One output row's dot product with x (x has w->cols values), no rounding: f32 weights give
  * the f32 result, bf16 weights an f32 sum of exact products. */
 float weight_dot(const weight *w, int64_t row, const float *x);
-/* F.linear as the release dispatches it: y[t][o] = x[t] . W[o]; the result is bf16 for every
- * weight format but f32 (whose GEMM stays f32). rows [row0, row0+n) of W only. */
+/* F.linear as the release dispatches it: y[t][o] = x[t] . W[o] over rows [row0, row0+n) of W,
+ * x rows xstride apart. An f32 (or AS_F32) weight gives an f32 result; fp8 / fp4 weights
+ * act-quantize x and sum per 32-block; everything else is a bf16 GEMM with a bf16 result. */
 void linear_rows(const weight *w, int64_t row0, int64_t n, const float *x, int64_t T, int64_t xstride, float *y);
 void linear(const weight *w, const float *x, int64_t T, float *y);
 /* Element (r, c) of w as f32 (embedding rows, table gathers). */
@@ -124,6 +137,8 @@ struct dsv41_model {
     rope_table rope_plain, rope_yarn;       /* ratio-0 layers / compressed layers */
     void **owned;                           /* buffers the model frees */
     size_t n_owned, cap_owned;
+    struct mapping { void *addr; size_t len; } *maps; /* [n_maps] memory-mapped checkpoint shards */
+    size_t n_maps;
 };
 
 void *model_alloc(dsv41_model *m, size_t bytes); /* zeroed, freed with the model */

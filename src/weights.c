@@ -79,7 +79,8 @@ static float quant_dot(const weight *w, int64_t row, const float *q, const float
 }
 
 void linear_rows(const weight *w, int64_t row0, int64_t n, const float *x, int64_t T, int64_t xstride, float *y) {
-    int quant = w->type == DT_E4M3 || w->type == DT_FP4;
+    int quant = (w->type == DT_E4M3 || w->type == DT_FP4) && w->mode == AS_STORED;
+    int f32_out = w->mode == AS_F32 || (w->type == DT_F32 && w->mode == AS_STORED);
     float *q = NULL, *s = NULL;
     if (quant) {
         q = malloc((size_t)w->cols * sizeof *q);
@@ -91,7 +92,7 @@ void linear_rows(const weight *w, int64_t row0, int64_t n, const float *x, int64
         if (quant) act_quant_blocks(xt, w->cols, q, s);
         for (int64_t o = 0; o < n; o++) {
             float acc = quant ? quant_dot(w, row0 + o, q, s) : weight_dot(w, row0 + o, xt);
-            y[t * n + o] = w->type == DT_F32 ? acc : bf16_round(acc);
+            y[t * n + o] = f32_out ? acc : bf16_round(acc);
         }
     }
     free(q);

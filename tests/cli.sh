@@ -68,5 +68,70 @@ expect_error "run with an id outside the vocabulary" ./dsv41 run --ids 2,64 -n 1
 expect_error "run with an unknown flag" ./dsv41 run --bogus
 expect_error "unknown command" ./dsv41 frobnicate
 
+# checkpoints: convert, load back, and every way a checkpoint can be broken
+./dsv41 convert --golden "$golden" --dtype bf16 -o "$tmp/ck" && ok || bad "convert bf16"
+out=$(./dsv41 check "$golden" -m "$tmp/ck" | tail -n 1)
+[ "$out" = "443 passed, 0 failed" ] && ok || bad "check -m on the bf16 checkpoint: '$out'"
+./dsv41 inspect "$tmp/ck" >"$tmp/inspect" && grep -q 'one decoded token reads' "$tmp/inspect" &&
+    grep -q 'candidate source' "$tmp/inspect" && ok || bad "inspect"
+./dsv41 convert --golden "$golden" --dtype fp8 -o "$tmp/ck8" && ./dsv41 run -m "$tmp/ck8" --ids 2,17,47 -n 4 >/dev/null &&
+    ok || bad "an fp8 checkpoint converts and runs"
+expect_error "convert over an existing directory" ./dsv41 convert --golden "$golden" --dtype bf16 -o "$tmp/ck"
+expect_error "convert with a bad dtype" ./dsv41 convert --golden "$golden" --dtype fp16 -o "$tmp/ck16"
+[ ! -e "$tmp/ck16" ] && [ -z "$(ls "$tmp" | grep tmp-)" ] && ok || bad "a failed convert leaves nothing behind"
+
+# break a copy of the checkpoint in one way, then expect a one-line error naming file and tensor
+broken() { # $1: case name; prints the directory
+    rm -rf "$tmp/b_$1"; cp -r "$tmp/ck" "$tmp/b_$1"
+    python3 - "$tmp/b_$1" "$1" <<'PY'
+import json, os, struct, sys
+d, what = sys.argv[1], sys.argv[2]
+shard = os.path.join(d, "model-00001-of-00003.safetensors")
+raw = open(shard, "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+def rewrite(h):
+    text = json.dumps(h).encode()
+    text += b" " * (-len(text) % 8)
+    open(shard, "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+if what == "truncated": open(shard, "wb").write(raw[:len(raw) // 2])
+elif what == "header_json": open(shard, "wb").write(raw[:8] + b"{not json" + raw[17:])
+elif what == "offsets": head["layers.0.attn.wq_a.weight"]["data_offsets"][1] += 10 ** 9; rewrite(head)
+elif what == "dtype": head["layers.0.attn.wq_a.weight"]["dtype"] = "F16"; rewrite(head)
+elif what == "shape": head["layers.0.attn.wq_a.weight"]["shape"] = [32, 32]; rewrite(head)
+elif what == "missing":
+    del head["layers.0.attn.wq_a.weight"]; rewrite(head)
+    idx = json.load(open(os.path.join(d, "model.safetensors.index.json")))
+    del idx["weight_map"]["layers.0.attn.wq_a.weight"]
+    json.dump(idx, open(os.path.join(d, "model.safetensors.index.json"), "w"))
+elif what == "no_shard": os.remove(os.path.join(d, "model-00002-of-00003.safetensors"))
+elif what == "flat":  # the inference/config.json form with ModelArgs names
+    t = json.load(open(os.path.join(d, "config.json")))["text_config"]
+    ren = {"hidden_size": "dim", "moe_intermediate_size": "moe_inter_dim", "num_hidden_layers": "n_layers",
+           "num_attention_heads": "n_heads", "qk_rope_head_dim": "rope_head_dim", "rms_norm_eps": "norm_eps",
+           "num_experts_per_tok": "n_activated_experts", "scoring_func": "score_func",
+           "routed_scaling_factor": "route_scale", "sliding_window": "window_size",
+           "kv_source_layer_ids": "kv_source_layers", "index_source_layer_ids": "index_source_layers",
+           "candidate_source_layer_id": "candidate_source_layer", "engram_pad_token_id": "engram_pad_id"}
+    flat = {ren.get(k, k): v for k, v in t.items() if k != "rope_scaling"}
+    rs = t["rope_scaling"]
+    flat.update(rope_factor=rs["factor"], original_seq_len=rs["original_max_position_embeddings"],
+                beta_fast=rs["beta_fast"], beta_slow=rs["beta_slow"])
+    json.dump(flat, open(os.path.join(d, "config.json"), "w"))
+elif what == "roles":
+    c = json.load(open(os.path.join(d, "config.json")))
+    c["text_config"]["index_source_layer_ids"] = [2, 4]
+    json.dump(c, open(os.path.join(d, "config.json"), "w"))
+PY
+}
+for case in truncated header_json offsets dtype shape missing no_shard roles; do
+    broken $case
+    expect_error "checkpoint: $case" ./dsv41 inspect "$tmp/b_$case"
+    grep -q "model-0000\|safetensors\|wq_a\|tensor" "$tmp/err" && ok || bad "checkpoint $case: the error names no file or tensor: $(cat "$tmp/err")"
+done
+broken flat
+out=$(./dsv41 check "$golden" -m "$tmp/b_flat" | tail -n 1)
+[ "$out" = "443 passed, 0 failed" ] && ok || bad "the flat config.json form: '$out'"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,0 +1,81 @@
+/* checkpoint.c - a DeepSeek-V4.1 checkpoint directory in the release layout.
+ *
+ * config.json (served or flat form) gives the config; the Engram hash tables are computed from
+ * it, with the compressed token map read from engram_token_map.json (a JSON array, one
+ * compressed id per token id). Tensors come from the mapped safetensors shards. Layer roles
+ * are cross-checked against the tensors: a tensor the config does not account for is an
+ * error, since it means the config and the weights describe different models. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "safetensors.h"
+
+/* Parts of a release checkpoint that the text forward pass does not use. */
+static int ignored(const char *name) {
+    static const char *prefixes[] = {"mtp.", "vision.", "aligner.", "image_"};
+    for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
+        if (!strncmp(name, prefixes[i], strlen(prefixes[i]))) return 1;
+    size_t n = strlen(name);
+    return n > 13 && !strcmp(name + n - 13, "gate.bias_vl");
+}
+
+static int64_t *read_token_map(const char *dir, int32_t vocab) {
+    char path[1200], err[512];
+    snprintf(path, sizeof path, "%s/engram_token_map.json", dir);
+    json *j = json_load_file(path, err, sizeof err);
+    if (!j) { set_error("%s", err); return NULL; }
+    int64_t *map = NULL;
+    if (j->type != JSON_ARR || j->len != (size_t)vocab) {
+        set_error("%s: must be an array of %d compressed ids", path, vocab);
+    } else if ((map = malloc((size_t)vocab * sizeof *map))) {
+        for (int32_t i = 0; i < vocab; i++) map[i] = j->items[i].type == JSON_NUM ? json_i64(&j->items[i]) : -1;
+    } else {
+        set_error("out of memory");
+    }
+    json_free(j);
+    return map;
+}
+
+dsv41_model *dsv41_model_load(const char *dir) {
+    char path[1200], err[512];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json *cj = json_load_file(path, err, sizeof err);
+    if (!cj) { set_error("%s", err); return NULL; }
+    const json *text = json_get(cj, "text_config"), *ids = json_get(text ? text : cj, "engram_layer_ids"),
+               *vj = json_get(text ? text : cj, "vocab_size");
+    int64_t *token_map = NULL;
+    if (ids && ids->type == JSON_ARR && ids->len > 0 && vj && vj->type == JSON_NUM) {
+        token_map = read_token_map(dir, (int32_t)json_i64(vj));
+        if (!token_map) { json_free(cj); return NULL; }
+    }
+    config c;
+    int rc = config_from_checkpoint(&c, cj, token_map);
+    free(token_map);
+    json_free(cj);
+    if (rc) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "%s", dsv41_error());
+        set_error("%s: %s", path, msg);
+        return NULL;
+    }
+    st_source src;
+    if (st_open(&src, dir)) {
+        st_close(&src, NULL);
+        config_free(&c);
+        return NULL;
+    }
+    dsv41_model *m = model_build(&c, &src.base);
+    const st_tensor *extra = NULL;
+    for (size_t i = 0; m && i < src.n; i++)
+        if (!src.tensors[i].used && !ignored(src.tensors[i].name)) extra = &src.tensors[i];
+    if (extra) {
+        set_error("%s: tensor '%s' is not used by the config's layer roles", src.shards[extra->shard].path, extra->name);
+        dsv41_model_free(m); /* frees the token map c shares with it */
+        m = NULL;
+        c.engram_token_map = NULL;
+    }
+    st_close(&src, m);
+    if (!m) config_free(&c);
+    return m;
+}

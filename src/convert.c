@@ -1,0 +1,400 @@
+/* convert.c - writes a model as a checkpoint directory in the release layout.
+ *
+ * The model is built once through a recording weight source, so the writer sees every tensor
+ * under the name and shape the loader will ask for, and a round trip through the loader is the
+ * identity by construction. Dense bf16 matrices can be stored as the release stores them:
+ * e4m3 with one e8m0 scale per 32x32 tile, routed experts as packed e2m1 with one e8m0 scale
+ * per 32 inputs. Files go into a temporary directory that is renamed into place last. */
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "filler.h"
+#include "golden.h"
+#include "numerics.h"
+
+typedef struct {
+    char name[160];
+    int32_t ndim;
+    int64_t shape[2];
+    weight w;
+} record;
+
+typedef struct {
+    weight_source base;
+    weight_source *inner;
+    record *recs;
+    size_t n, cap;
+} recorder;
+
+static int record_load(weight_source *src, dsv41_model *m, const char *name, int32_t ndim, const int64_t *shape, weight *w) {
+    recorder *r = (recorder *)src;
+    if (r->inner->load(r->inner, m, name, ndim, shape, w)) return -1;
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 256;
+        record *nr = realloc(r->recs, cap * sizeof *nr);
+        if (!nr) return set_error("out of memory");
+        r->recs = nr;
+        r->cap = cap;
+    }
+    record *rec = &r->recs[r->n++];
+    snprintf(rec->name, sizeof rec->name, "%s", name);
+    rec->ndim = ndim;
+    rec->shape[0] = shape[0];
+    rec->shape[1] = ndim > 1 ? shape[1] : 1;
+    rec->w = *w;
+    return 0;
+}
+
+/* one tensor as it goes into a shard */
+typedef struct {
+    char name[168];
+    const char *dtype;
+    int32_t ndim;
+    int64_t shape[2];
+    const void *data;
+    size_t nbytes;
+    int32_t shard;
+} out_tensor;
+
+typedef struct {
+    out_tensor *t;
+    size_t n, cap;
+    void **bufs; /* quantized data this writer owns */
+    size_t n_bufs;
+} out_list;
+
+static out_tensor *add_out(out_list *o, const char *name, const char *dtype, int32_t ndim, int64_t r, int64_t c,
+                           const void *data, size_t nbytes, int32_t shard) {
+    if (o->n == o->cap) {
+        size_t cap = o->cap ? o->cap * 2 : 256;
+        out_tensor *nt = realloc(o->t, cap * sizeof *nt);
+        if (!nt) return NULL;
+        o->t = nt;
+        o->cap = cap;
+    }
+    out_tensor *t = &o->t[o->n++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->dtype = dtype;
+    t->ndim = ndim;
+    t->shape[0] = r;
+    t->shape[1] = c;
+    t->data = data;
+    t->nbytes = nbytes;
+    t->shard = shard;
+    return t;
+}
+
+static void *own(out_list *o, size_t n) {
+    void **nb = realloc(o->bufs, (o->n_bufs + 1) * sizeof *nb);
+    if (!nb) return NULL;
+    o->bufs = nb;
+    return o->bufs[o->n_bufs++] = calloc(1, n ? n : 1);
+}
+
+static int ends(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+/* The matrices the release keeps in fp8 (everything else dense stays bf16 / f32). */
+static int stored_fp8(const char *name) {
+    static const char *suffixes[] = {"attn.wq_a.weight", "attn.wq_b.weight", "attn.wkv.weight", "attn.wo_a.weight",
+                                     "attn.wo_b.weight", "shared_experts.w1.weight", "shared_experts.w2.weight",
+                                     "shared_experts.w3.weight", "indexer.wq_b.weight", "engram.wkv.weight"};
+    for (size_t i = 0; i < sizeof suffixes / sizeof *suffixes; i++)
+        if (ends(name, suffixes[i])) return 1;
+    return 0;
+}
+
+/* w [rows][cols] -> codes e4m3 [rows][cols], scale e8m0 [ceil(rows/32)][ceil(cols/32)] */
+static void quant_fp8_tiles(const weight *w, uint8_t *codes, uint8_t *scale) {
+    int64_t tr = (w->rows + 31) / 32, tc = (w->cols + 31) / 32;
+    for (int64_t bi = 0; bi < tr; bi++)
+        for (int64_t bj = 0; bj < tc; bj++) {
+            float amax = 0.0f;
+            for (int64_t r = bi * 32; r < w->rows && r < bi * 32 + 32; r++)
+                for (int64_t c = bj * 32; c < w->cols && c < bj * 32 + 32; c++) amax = fmaxf(amax, fabsf(weight_get(w, r, c)));
+            float s = pow2_ceil(fmaxf(amax, 0x1p-100f) / 448.0f);
+            scale[bi * tc + bj] = f32_to_e8m0(s);
+            for (int64_t r = bi * 32; r < w->rows && r < bi * 32 + 32; r++)
+                for (int64_t c = bj * 32; c < w->cols && c < bj * 32 + 32; c++) codes[r * w->cols + c] = f32_to_e4m3(weight_get(w, r, c) / s);
+        }
+}
+
+/* w [rows][cols] -> packed e2m1 [rows][ceil(cols/2)] (low nibble first), scale [rows][ceil(cols/32)] */
+static void quant_fp4_rows(const weight *w, uint8_t *packed, uint8_t *scale) {
+    int64_t pc = (w->cols + 1) / 2, bc = (w->cols + 31) / 32;
+    for (int64_t r = 0; r < w->rows; r++)
+        for (int64_t b = 0; b < bc; b++) {
+            float amax = 0.0f;
+            for (int64_t c = b * 32; c < w->cols && c < b * 32 + 32; c++) amax = fmaxf(amax, fabsf(weight_get(w, r, c)));
+            float s = pow2_ceil(fmaxf(amax, 0x1p-100f) / 6.0f);
+            scale[r * bc + b] = f32_to_e8m0(s);
+            for (int64_t c = b * 32; c < w->cols && c < b * 32 + 32; c++) {
+                uint8_t code = f32_to_e2m1(weight_get(w, r, c) / s);
+                packed[r * pc + c / 2] |= (uint8_t)((c & 1) ? code << 4 : code);
+            }
+        }
+}
+
+static int32_t shard_of(const config *c, const char *name) {
+    if (strstr(name, "engram.embed.")) return 2; /* the tables sit in the last shard, as in the release */
+    int l;
+    if (sscanf(name, "layers.%d.", &l) == 1) return l < c->n_layers / 2 ? 0 : 1;
+    return strcmp(name, "embed.weight") == 0 ? 0 : 1;
+}
+
+static int plan(const config *c, const recorder *r, int fp8, out_list *o) {
+    static const char *DT[] = {"F32", "BF16", "F8_E4M3", "F8_E8M0", "I8"};
+    static const int SZ[] = {4, 2, 1, 1, 1};
+    for (size_t i = 0; i < r->n; i++) {
+        const record *rc = &r->recs[i];
+        const weight *w = &rc->w;
+        int32_t sh = shard_of(c, rc->name);
+        int64_t rows = w->rows, cols = w->cols;
+        char sname[180];
+        snprintf(sname, sizeof sname, "%.*s.scale", (int)strlen(rc->name) - 7, rc->name);
+        int expert = strstr(rc->name, ".ffn.experts.") != NULL;
+        if (fp8 && w->type == DT_BF16 && (expert || stored_fp8(rc->name))) {
+            int64_t sr = expert ? rows : (rows + 31) / 32, sc = (cols + 31) / 32, dc = expert ? (cols + 1) / 2 : cols;
+            uint8_t *codes = own(o, (size_t)(rows * dc)), *scale = own(o, (size_t)(sr * sc));
+            if (!codes || !scale) return set_error("out of memory");
+            if (expert) quant_fp4_rows(w, codes, scale);
+            else quant_fp8_tiles(w, codes, scale);
+            if (!add_out(o, rc->name, expert ? "I8" : "F8_E4M3", 2, rows, dc, codes, (size_t)(rows * dc), sh) ||
+                !add_out(o, sname, "F8_E8M0", 2, sr, sc, scale, (size_t)(sr * sc), sh))
+                return set_error("out of memory");
+            continue;
+        }
+        size_t nb = (size_t)(rows * (w->type == DT_FP4 ? (cols + 1) / 2 : cols)) * (size_t)SZ[w->type];
+        if (!add_out(o, rc->name, DT[w->type], rc->ndim, rc->shape[0], rc->shape[1], w->data, nb, sh))
+            return set_error("out of memory");
+        if (w->scale) {
+            int64_t sr = w->scale_rows == 1 ? rows : (rows + 31) / 32, sc = (cols + 31) / 32;
+            if (!add_out(o, sname, "F8_E8M0", 2, sr, sc, w->scale, (size_t)(sr * sc), sh)) return set_error("out of memory");
+        }
+    }
+    return 0;
+}
+
+/* a growable text buffer for headers and JSON files */
+typedef struct {
+    char *s;
+    size_t n, cap;
+} text;
+
+static void put(text *t, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int need = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (need < 0) return;
+    if (t->n + (size_t)need + 1 > t->cap) {
+        size_t cap = (t->n + (size_t)need + 1) * 2;
+        char *ns = realloc(t->s, cap);
+        if (!ns) abort();
+        t->s = ns;
+        t->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(t->s + t->n, (size_t)need + 1, fmt, ap);
+    va_end(ap);
+    t->n += (size_t)need;
+}
+
+static int write_file(const char *path, const void *a, size_t an, const void *b, size_t bn) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return set_error("%s: cannot create: %s", path, strerror(errno));
+    int ok = fwrite(a, 1, an, f) == an && (!bn || fwrite(b, 1, bn, f) == bn);
+    ok = fclose(f) == 0 && ok;
+    return ok ? 0 : set_error("%s: write failed", path);
+}
+
+static int write_shard(const char *dir, const char *file, const out_list *o, int32_t shard) {
+    text h = {0};
+    put(&h, "{\"__metadata__\":{\"format\":\"pt\"}");
+    size_t off = 0;
+    for (size_t i = 0; i < o->n; i++) {
+        const out_tensor *t = &o->t[i];
+        if (t->shard != shard) continue;
+        put(&h, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%lld", t->name, t->dtype, (long long)t->shape[0]);
+        if (t->ndim > 1) put(&h, ",%lld", (long long)t->shape[1]);
+        put(&h, "],\"data_offsets\":[%zu,%zu]}", off, off + t->nbytes);
+        off += t->nbytes;
+    }
+    put(&h, "}");
+    while (h.n % 8) put(&h, " ");
+    char path[1400];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    FILE *f = fopen(path, "wb");
+    if (!f) { free(h.s); return set_error("%s: cannot create: %s", path, strerror(errno)); }
+    uint8_t len[8];
+    for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)h.n >> (8 * i));
+    int ok = fwrite(len, 1, 8, f) == 8 && fwrite(h.s, 1, h.n, f) == h.n;
+    for (size_t i = 0; ok && i < o->n; i++)
+        if (o->t[i].shard == shard) ok = fwrite(o->t[i].data, 1, o->t[i].nbytes, f) == o->t[i].nbytes;
+    ok = fclose(f) == 0 && ok;
+    free(h.s);
+    return ok ? 0 : set_error("%s: write failed", path);
+}
+
+static void put_list(text *t, const char *key, const int32_t *v, int n) {
+    put(t, ",\n    \"%s\": [", key);
+    for (int i = 0; i < n; i++) put(t, "%s%d", i ? ", " : "", v[i]);
+    put(t, "]");
+}
+
+/* config.json in the served form: text_config under the HF names, quantization_config when fp8 */
+static void config_json(const config *c, int fp8, text *t) {
+    int32_t kv[MAX_LAYERS], ix[MAX_LAYERS], nkv = 0, nix = 0, rows[MAX_ENGRAM];
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->is_kv_source[l]) kv[nkv++] = l;
+        if (c->is_index_source[l]) ix[nix++] = l;
+    }
+    put(t, "{\n  \"architectures\": [\"DeepseekV41ForCausalLM\"],\n  \"model_type\": \"deepseek_v41\",\n");
+    put(t, "  \"bos_token_id\": 0,\n  \"eos_token_id\": 1,\n  \"pad_token_id\": 2,\n  \"dtype\": \"bfloat16\",\n");
+    if (fp8)
+        put(t, "  \"quantization_config\": {\"quant_method\": \"fp8\", \"activation_scheme\": \"dynamic\", "
+               "\"weight_block_size\": [32, 32], \"scale_fmt\": \"ue8m0\", \"expert_dtype\": \"fp4\"},\n");
+    put(t, "  \"text_config\": {\n    \"model_type\": \"deepseek_v41_text\",\n    \"vocab_size\": %d", c->vocab_size);
+    put(t, ",\n    \"hidden_size\": %d,\n    \"num_hidden_layers\": %d,\n    \"num_attention_heads\": %d", c->dim, c->n_layers, c->n_heads);
+    put(t, ",\n    \"num_key_value_heads\": 1,\n    \"head_dim\": %d,\n    \"qk_rope_head_dim\": %d", c->head_dim, c->rope_head_dim);
+    put(t, ",\n    \"q_lora_rank\": %d,\n    \"o_lora_rank\": %d,\n    \"o_groups\": %d", c->q_lora_rank, c->o_lora_rank, c->o_groups);
+    put(t, ",\n    \"moe_intermediate_size\": %d,\n    \"n_routed_experts\": %d", c->moe_inter_dim, c->n_routed_experts);
+    put(t, ",\n    \"n_shared_experts\": %d,\n    \"num_experts_per_tok\": %d", c->n_shared_experts, c->n_activated_experts);
+    put(t, ",\n    \"scoring_func\": \"sqrtsoftplus\",\n    \"routed_scaling_factor\": %.9g", c->route_scale);
+    put(t, ",\n    \"norm_topk_prob\": %s,\n    \"swiglu_limit\": %.9g", c->norm_topk_prob ? "true" : "false", c->swiglu_limit);
+    put(t, ",\n    \"gate_temp\": %.9g,\n    \"sliding_window\": %d", c->gate_temp, c->window_size);
+    put_list(t, "compress_ratios", c->compress_ratio, c->n_layers);
+    put_list(t, "kv_source_layer_ids", kv, nkv);
+    put_list(t, "index_source_layer_ids", ix, nix);
+    put(t, ",\n    \"candidate_source_layer_id\": %d,\n    \"candidate_topk_blocks\": %d", c->candidate_source_layer, c->candidate_topk_blocks);
+    put(t, ",\n    \"candidate_block_size\": %d,\n    \"index_n_heads\": %d", c->candidate_block_size, c->index_n_heads);
+    put(t, ",\n    \"index_head_dim\": %d,\n    \"index_topk\": %d", c->index_head_dim, c->index_topk);
+    put(t, ",\n    \"hc_mult\": %d,\n    \"hc_sinkhorn_iters\": %d,\n    \"hc_eps\": %.9g", c->hc_mult, c->hc_sinkhorn_iters, c->hc_eps);
+    put_list(t, "engram_layer_ids", c->engram_layer, c->n_engram);
+    if (c->n_engram) {
+        for (int i = 0; i < c->n_engram; i++) rows[i] = (int32_t)c->engram_rows[i];
+        put(t, ",\n    \"engram_max_ngram_size\": %d,\n    \"engram_vocab_size\": %lld", c->engram_max_ngram, (long long)c->engram_vocab_size);
+        put(t, ",\n    \"engram_n_heads\": %d,\n    \"engram_head_dim\": %d", c->engram_n_heads, c->engram_head_dim);
+        put(t, ",\n    \"engram_pad_token_id\": %d,\n    \"engram_compressed_vocab_size\": %lld", c->engram_pad_id,
+            (long long)c->engram_compressed_vocab);
+        put_list(t, "engram_num_embeddings", rows, c->n_engram);
+    } else {
+        put(t, ",\n    \"engram_max_ngram_size\": %d,\n    \"engram_n_heads\": %d,\n    \"engram_head_dim\": %d",
+            c->engram_max_ngram, c->engram_n_heads, c->engram_head_dim);
+    }
+    put(t, ",\n    \"rope_theta\": %.9g,\n    \"compress_rope_theta\": %.9g", c->rope_theta, c->compress_rope_theta);
+    put(t, ",\n    \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": %.9g, \"original_max_position_embeddings\": %d, "
+           "\"beta_fast\": %.9g, \"beta_slow\": %.9g}", c->rope_factor, c->original_seq_len, c->beta_fast, c->beta_slow);
+    put(t, ",\n    \"rms_norm_eps\": %.9g,\n    \"max_seq_len\": %d\n  }\n}\n", c->norm_eps, c->max_seq_len);
+}
+
+static void remove_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char path[1400];
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+    closedir(d);
+    rmdir(dir);
+}
+
+static int write_checkpoint(const config *c, const recorder *r, int fp8, const char *out_dir) {
+    struct stat st;
+    if (stat(out_dir, &st) == 0) return set_error("%s: already exists (convert never overwrites)", out_dir);
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", out_dir);
+    if (!mkdtemp(tmp)) return set_error("%s: cannot create a temporary directory: %s", out_dir, strerror(errno));
+    out_list o = {0};
+    int nshards = c->n_engram ? 3 : 2, rc = plan(c, r, fp8, &o);
+    char files[3][64];
+    for (int s = 0; s < nshards; s++) snprintf(files[s], sizeof files[s], "model-%05d-of-%05d.safetensors", s + 1, nshards);
+    for (int s = 0; rc == 0 && s < nshards; s++) rc = write_shard(tmp, files[s], &o, s);
+    text t = {0};
+    char path[1300];
+    if (rc == 0) {
+        size_t total = 0;
+        for (size_t i = 0; i < o.n; i++) total += o.t[i].nbytes;
+        put(&t, "{\n  \"metadata\": {\"total_size\": %zu},\n  \"weight_map\": {", total);
+        for (size_t i = 0; i < o.n; i++) put(&t, "%s\n    \"%s\": \"%s\"", i ? "," : "", o.t[i].name, files[o.t[i].shard]);
+        put(&t, "\n  }\n}\n");
+        snprintf(path, sizeof path, "%s/model.safetensors.index.json", tmp);
+        rc = write_file(path, t.s, t.n, NULL, 0);
+        t.n = 0;
+    }
+    if (rc == 0) {
+        config_json(c, fp8, &t);
+        snprintf(path, sizeof path, "%s/config.json", tmp);
+        rc = write_file(path, t.s, t.n, NULL, 0);
+        t.n = 0;
+    }
+    if (rc == 0 && c->n_engram) {
+        put(&t, "[");
+        for (int32_t i = 0; i < c->vocab_size; i++) put(&t, "%s%lld", i ? "," : "", (long long)c->engram_token_map[i]);
+        put(&t, "]\n");
+        snprintf(path, sizeof path, "%s/engram_token_map.json", tmp);
+        rc = write_file(path, t.s, t.n, NULL, 0);
+    }
+    if (rc == 0 && rename(tmp, out_dir) != 0) rc = set_error("%s: cannot rename into place: %s", out_dir, strerror(errno));
+    if (rc) remove_tree(tmp);
+    free(t.s);
+    for (size_t i = 0; i < o.n_bufs; i++) free(o.bufs[i]);
+    free(o.bufs);
+    free(o.t);
+    return rc;
+}
+
+/* Builds the model of c through a recorder over inner and writes what was recorded. */
+static int convert(config *c, weight_source *inner, const char *dtype, const char *out_dir) {
+    int fp8 = !strcmp(dtype, "fp8");
+    if (!fp8 && strcmp(dtype, "bf16")) { config_free(c); return set_error("convert: --dtype must be bf16 or fp8, not '%s'", dtype); }
+    recorder r = {{record_load}, inner, NULL, 0, 0};
+    dsv41_model *m = model_build(c, &r.base);
+    int rc = m ? write_checkpoint(&m->cfg, &r, fp8, out_dir) : -1;
+    if (!m) config_free(c);
+    dsv41_model_free(m);
+    free(r.recs);
+    return rc;
+}
+
+int dsv41_convert_golden(const dsv41_golden *g, const char *dtype, const char *out_dir) {
+    const json *root = golden_root(g);
+    config c;
+    if (config_from_fixture(&c, json_get(root, "fixture"))) return -1;
+    weight_source *meta = meta_source_new(json_get(root, "weights_meta"));
+    if (!meta) { config_free(&c); return -1; }
+    int rc = convert(&c, meta, dtype, out_dir);
+    meta_source_free(meta);
+    return rc;
+}
+
+int dsv41_synth(const char *config_path, const char *dtype, const char *out_dir) {
+    char err[512];
+    json *j = json_load_file(config_path, err, sizeof err);
+    if (!j) return set_error("%s", err);
+    config c;
+    int rc = config_from_fixture(&c, j);
+    json_free(j);
+    if (rc) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "%s", dsv41_error());
+        return set_error("%s: %s", config_path, msg);
+    }
+    weight_source *rule = rule_source_new(&c);
+    if (!rule) { config_free(&c); return -1; }
+    rc = convert(&c, rule, dtype, out_dir);
+    free(rule);
+    return rc;
+}
