@@ -22,6 +22,9 @@ typedef struct dsv41_golden dsv41_golden;
 /* The last error of this thread, one line without a newline. */
 const char *dsv41_error(void);
 
+/* Worker threads for the kernels (default: one per online core). Results do not depend on it. */
+int dsv41_set_threads(int32_t n);
+
 /* ---- models */
 /* The built-in tiny model: the golden fixture's geometry with filler weights (no files). */
 dsv41_model *dsv41_model_builtin(void);

@@ -10,6 +10,7 @@
 
 #include "model.h"
 #include "numerics.h"
+#include "scratch.h"
 
 /* x [T][n], w [n] -> y [T][n] = bf16(w * (x * rsqrt(mean(x^2) + eps))) */
 void rms_norm(const float *x, const float *w, int64_t T, int32_t n, float eps, float *y) {
@@ -58,16 +59,19 @@ void hc_mixes(const float *h, int64_t T, const config *c, const weight *fn, cons
               float *pre, float *post, float *comb) {
     int32_t hc = c->hc_mult, nmix = (2 + hc) * hc;
     int64_t n = (int64_t)hc * c->dim;
-    float mix[(2 + 64) * 64];
+    scratch_mark mark = scratch_begin();
+    float *mix = scratch_f32(T * nmix);
+    linear(fn, h, T, mix); /* fn is f32: raw f32 sums */
     for (int64_t t = 0; t < T; t++) {
         const float *x = h + t * n;
-        float ss = 0.0f;
+        float ss = 0.0f, *m = mix + t * nmix;
         for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
         float rs = 1.0f / sqrtf(ss / (float)n + c->norm_eps);
-        for (int32_t m = 0; m < nmix; m++) mix[m] = weight_dot(fn, m, x) * rs;
-        hc_split_sinkhorn(mix, scale, base, hc, c->hc_sinkhorn_iters, c->hc_eps, pre + t * hc, post + t * hc,
+        for (int32_t i = 0; i < nmix; i++) m[i] *= rs;
+        hc_split_sinkhorn(m, scale, base, hc, c->hc_sinkhorn_iters, c->hc_eps, pre + t * hc, post + t * hc,
                           comb + t * hc * hc);
     }
+    scratch_end(mark);
 }
 
 /* h [T][hc][dim], pre [T][hc] -> y [T][dim] = bf16(sum_c pre[c] * h[c]) */

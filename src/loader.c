@@ -120,6 +120,7 @@ static int build_layer(builder *b, int32_t l) {
                                   mat(b, &L->idx_weights_proj, IH, dim, "attn.indexer.weights_proj.weight")))
         return -1;
     if (mat(b, &L->gate, E, dim, "ffn.gate.weight") || !(L->gate_bias = vec(b, E, "ffn.gate.bias"))) return -1;
+    L->gate.mode = AS_F32; /* the gate scores float(x) against float(weight) */
     L->w1 = model_alloc(b->m, (size_t)E * sizeof(weight));
     L->w2 = model_alloc(b->m, (size_t)E * sizeof(weight));
     L->w3 = model_alloc(b->m, (size_t)E * sizeof(weight));

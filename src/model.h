@@ -83,9 +83,6 @@ typedef struct {
     int32_t scale_rows;       /* rows per scale block: 32 for dense 32x32 tiles, 1 for per-row */
 } weight;
 
-/* One output row's dot product with x (x has w->cols values), no rounding: f32 weights give
- * the f32 result, bf16 weights an f32 sum of exact products. */
-float weight_dot(const weight *w, int64_t row, const float *x);
 /* F.linear as the release dispatches it: y[t][o] = x[t] . W[o] over rows [row0, row0+n) of W,
  * x rows xstride apart. An f32 (or AS_F32) weight gives an f32 result; fp8 / fp4 weights
  * act-quantize x and sum per 32-block; everything else is a bf16 GEMM with a bf16 result. */

@@ -1,4 +1,4 @@
-/* weights.c - the reference (scalar) kernels over weights in their storage formats.
+/* weights.c - element access to weights in their storage formats, and linear().
  *
  * linear() follows the release's dispatch on the weight's dtype: an f32 weight gives an f32
  * GEMM; a bf16 weight a bf16 GEMM (f32 accumulate, one rounding); an fp8 or fp4 weight first
@@ -8,8 +8,10 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "model.h"
+#include "kernels.h"
 #include "numerics.h"
+#include "pool.h"
+#include "scratch.h"
 
 static float scale_of(const weight *w, int64_t r, int64_t c) {
     int64_t per_row = (w->cols + 31) / 32;
@@ -37,20 +39,6 @@ float weight_get(const weight *w, int64_t r, int64_t c) {
     return w->scale ? v * scale_of(w, r, c) : v;
 }
 
-float weight_dot(const weight *w, int64_t row, const float *x) {
-    float acc = 0.0f;
-    if (w->type == DT_F32) {
-        const float *p = (const float *)w->data + row * w->cols;
-        for (int64_t i = 0; i < w->cols; i++) acc += x[i] * p[i];
-    } else if (w->type == DT_BF16) {
-        const uint16_t *p = (const uint16_t *)w->data + row * w->cols;
-        for (int64_t i = 0; i < w->cols; i++) acc += x[i] * bf16_to_f32(p[i]);
-    } else {
-        for (int64_t i = 0; i < w->cols; i++) acc += x[i] * weight_get(w, row, i);
-    }
-    return acc;
-}
-
 /* act_quant(x, 32, ue8m0) in GEMM mode: q holds the e4m3 values (as f32), s one scale per block. */
 static void act_quant_blocks(const float *x, int64_t n, float *q, float *s) {
     for (int64_t b = 0; b < n; b += 32) {
@@ -67,36 +55,46 @@ static void act_quant_blocks(const float *x, int64_t n, float *q, float *s) {
     }
 }
 
-static float quant_dot(const weight *w, int64_t row, const float *q, const float *s) {
-    float acc = 0.0f;
-    for (int64_t b = 0; b < w->cols; b += 32) {
-        int64_t e = b + 32 < w->cols ? b + 32 : w->cols;
-        float part = 0.0f;
-        for (int64_t i = b; i < e; i++) part += q[i] * raw_get(w, row, i);
-        acc += part * s[b / 32] * scale_of(w, row, b);
-    }
-    return acc;
+static const kernel_set *active;
+
+const kernel_set *kernels_current(void) { return active ? active : (active = kernels_best()); }
+void kernels_use(const kernel_set *k) { active = k; }
+
+typedef struct {
+    const weight *w;
+    rows_fn fn;
+    int64_t row0, n, T, xstride;
+    const float *x, *xs;
+    float *y;
+    int round;
+} linear_job;
+
+static void linear_range(void *ctx, int64_t b, int64_t e) {
+    const linear_job *j = ctx;
+    j->fn(j->w, j->row0 + b, j->row0 + e, j->x, j->xs, j->T, j->xstride, j->y + b, j->n);
+    if (j->round)
+        for (int64_t t = 0; t < j->T; t++)
+            for (int64_t o = b; o < e; o++) j->y[t * j->n + o] = bf16_round(j->y[t * j->n + o]);
 }
 
 void linear_rows(const weight *w, int64_t row0, int64_t n, const float *x, int64_t T, int64_t xstride, float *y) {
+    const kernel_set *k = kernels_current();
     int quant = (w->type == DT_E4M3 || w->type == DT_FP4) && w->mode == AS_STORED;
-    int f32_out = w->mode == AS_F32 || (w->type == DT_F32 && w->mode == AS_STORED);
-    float *q = NULL, *s = NULL;
-    if (quant) {
-        q = malloc((size_t)w->cols * sizeof *q);
-        s = malloc((size_t)((w->cols + 31) / 32) * sizeof *s);
-        if (!q || !s) abort();
+    linear_job j = {w, quant ? k->quant : k->dense, row0, n, T, xstride, x, NULL, y,
+                    !(w->mode == AS_F32 || (w->type == DT_F32 && w->mode == AS_STORED))};
+    scratch_mark mark = scratch_begin();
+    if (quant) { /* the activation is quantized once per token, before the rows are split */
+        int64_t nb = (w->cols + 31) / 32;
+        float *q = scratch_f32(T * w->cols), *s = scratch_f32(T * nb);
+        for (int64_t t = 0; t < T; t++) act_quant_blocks(x + t * xstride, w->cols, q + t * w->cols, s + t * nb);
+        j.x = q;
+        j.xs = s;
+        j.xstride = w->cols;
     }
-    for (int64_t t = 0; t < T; t++) {
-        const float *xt = x + t * xstride;
-        if (quant) act_quant_blocks(xt, w->cols, q, s);
-        for (int64_t o = 0; o < n; o++) {
-            float acc = quant ? quant_dot(w, row0 + o, q, s) : weight_dot(w, row0 + o, xt);
-            y[t * n + o] = f32_out ? acc : bf16_round(acc);
-        }
-    }
-    free(q);
-    free(s);
+    /* a thread gets at least ~64k multiply-adds, so tiny projections stay on one thread */
+    int64_t per = (65536 + w->cols * T - 1) / (w->cols * T);
+    pool_run(n, per, linear_range, &j);
+    scratch_end(mark);
 }
 
 void linear(const weight *w, const float *x, int64_t T, float *y) { linear_rows(w, 0, w->rows, x, T, w->cols, y); }

@@ -1,0 +1,36 @@
+/* kernels.h - the dot-product kernels under linear(), one set per instruction set.
+ *
+ * A kernel computes raw f32 dot products of weight rows [r0, r1) with T activation rows:
+ *     y[t * ystride + (r - r0)] = x[t] . W[r]
+ * dense: f32 and bf16 weights, and fp8 / fp4 weights the loader dequantized (mode != AS_STORED),
+ *        against f32 activations. Summation order is the kernel's own: a fast kernel matches the
+ *        scalar one within rounding, not bit for bit.
+ * quant: fp8 / fp4 weights (AS_STORED) against an act-quantized activation: x holds e4m3
+ *        values as f32 and xs their per-32 scales [T][ceil(cols/32)]. Each 32-block's partial
+ *        is the EXACT sum of its products rounded once to f32 (products of these formats are
+ *        exact in f32 and their sums in f64), times xs and the weight's block scale, and the
+ *        blocks are added in increasing order, so every correct kernel agrees bit for bit.
+ * Every set is checked against the scalar set (tests/test_kernels.c). */
+#ifndef DSV41_KERNELS_H
+#define DSV41_KERNELS_H
+
+#include "model.h"
+
+typedef void (*rows_fn)(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
+                        int64_t xstride, float *y, int64_t ystride);
+
+typedef struct {
+    const char *name;
+    rows_fn dense, quant;
+} kernel_set;
+
+extern const kernel_set kernels_scalar;
+/* The best set this CPU supports, chosen once at run time. */
+const kernel_set *kernels_best(void);
+/* A set by name ("scalar", "avx2", "avx512", "neon"), NULL when absent or unsupported here. */
+const kernel_set *kernels_find(const char *name);
+/* The set linear() uses (default kernels_best()). */
+void kernels_use(const kernel_set *k);
+const kernel_set *kernels_current(void);
+
+#endif

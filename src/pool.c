@@ -1,0 +1,86 @@
+/* pool.c - the worker threads (see pool.h). One job runs at a time; workers sleep on a
+ * condition variable between jobs and the caller takes the first range itself. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "model.h"
+#include "pool.h"
+
+#define MAX_THREADS 256
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    pthread_t tid[MAX_THREADS];
+    int32_t n;             /* threads taking part, the caller included; 0 until first use */
+    int32_t created;       /* worker threads started so far (they are kept when n shrinks) */
+    uint64_t generation;   /* bumped per job */
+    int32_t pending;       /* workers still running this job */
+    pool_fn fn;
+    void *ctx;
+    int64_t items, per;    /* the job: [0, items) in ranges of `per` */
+} P = {.mu = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
+
+static void run_range(int32_t i) {
+    int64_t b = (int64_t)i * P.per, e = b + P.per < P.items ? b + P.per : P.items;
+    if (b < e) P.fn(P.ctx, b, e);
+}
+
+static void *worker(void *arg) {
+    int32_t id = (int32_t)(intptr_t)arg;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&P.mu);
+    for (;;) {
+        while (P.generation == seen) pthread_cond_wait(&P.work, &P.mu);
+        seen = P.generation;
+        if (id >= P.n) continue; /* parked: the pool was resized below this worker */
+        pthread_mutex_unlock(&P.mu);
+        run_range(id);
+        pthread_mutex_lock(&P.mu);
+        if (--P.pending == 0) pthread_cond_signal(&P.done);
+    }
+    return NULL;
+}
+
+int dsv41_set_threads(int32_t n) {
+    if (n < 1 || n > MAX_THREADS) return set_error("threads must be in [1, %d], not %d", MAX_THREADS, n);
+    pthread_mutex_lock(&P.mu);
+    if (P.created == 0) P.created = 1; /* slot 0 is the caller */
+    while (P.created < n && pthread_create(&P.tid[P.created], NULL, worker, (void *)(intptr_t)P.created) == 0)
+        pthread_detach(P.tid[P.created++]);
+    P.n = P.created < n ? P.created : n;
+    pthread_mutex_unlock(&P.mu);
+    return 0;
+}
+
+int32_t pool_threads(void) {
+    if (P.n == 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        dsv41_set_threads(cores > 0 ? (int32_t)cores : 1);
+    }
+    return P.n;
+}
+
+void pool_run(int64_t n, int64_t min_per_thread, pool_fn fn, void *ctx) {
+    int32_t t = pool_threads();
+    if (min_per_thread < 1) min_per_thread = 1;
+    if (t == 1 || n < 2 * min_per_thread) {
+        if (n > 0) fn(ctx, 0, n);
+        return;
+    }
+    pthread_mutex_lock(&P.mu);
+    int64_t use = n / min_per_thread < t ? n / min_per_thread : t;
+    P.fn = fn;
+    P.ctx = ctx;
+    P.items = n;
+    P.per = (n + use - 1) / use;
+    P.pending = t - 1;
+    P.generation++;
+    pthread_cond_broadcast(&P.work);
+    pthread_mutex_unlock(&P.mu);
+    run_range(0);
+    pthread_mutex_lock(&P.mu);
+    while (P.pending > 0) pthread_cond_wait(&P.done, &P.mu);
+    pthread_mutex_unlock(&P.mu);
+}
