@@ -45,10 +45,29 @@ int32_t dsv41_model_max_seq_len(const dsv41_model *m);
 dsv41_session *dsv41_session_new(const dsv41_model *m);
 void dsv41_session_free(dsv41_session *s);
 int32_t dsv41_session_pos(const dsv41_session *s);
-/* Feed n token ids: n >= 1 at position 0 (prefill) or n == 1 later (decode). logits, when not
+/* Feed n >= 1 token ids at the session's position: a prefill at position 0, or an append later
+ * (a new turn), which gives exactly what feeding the tokens one by one would. logits, when not
  * NULL, receives the f32 logits [vocab_size] of the last token. trace, when not NULL, records
- * every intermediate the golden names. Returns 0, or -1 on bad input. */
+ * every intermediate the golden names (of the last call for an append). Returns 0, or -1 on bad
+ * input or when the context would overflow. */
 int dsv41_session_forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logits, dsv41_trace *trace);
+/* The same, with the logits of every fed token: logits [n][vocab_size]. */
+int dsv41_session_forward_all(dsv41_session *s, const int32_t *ids, int32_t n, float *logits);
+/* Calls fn after each layer of every forward (a progress line for long prefills). */
+void dsv41_session_set_progress(dsv41_session *s, void (*fn)(void *ctx, int32_t done, int32_t total), void *ctx);
+
+/* ---- sampling */
+typedef struct {
+    float temperature;  /* 0: greedy */
+    int32_t top_k;      /* 0: off */
+    float top_p;        /* 1: off */
+    float min_p;        /* 0: off */
+    uint64_t seed;      /* the same seed, logits and parameters give the same tokens */
+} dsv41_sampler_params;
+typedef struct dsv41_sampler dsv41_sampler;
+dsv41_sampler *dsv41_sampler_new(const dsv41_sampler_params *p, int32_t vocab_size);
+void dsv41_sampler_free(dsv41_sampler *s);
+int32_t dsv41_sample(dsv41_sampler *s, const float *logits);
 
 /* ---- traces */
 dsv41_trace *dsv41_trace_new(void);

@@ -132,18 +132,11 @@ static void block(dsv41_session *s, int32_t l, int64_t T, const int64_t *hashes,
     scratch_end(mark);
 }
 
-int dsv41_session_forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logits, dsv41_trace *tr) {
+/* One call of the reference: a prefill (pos 0, any n) or one decode token. logits gets the
+ * last token's [vocab], or with `all` every token's [n][vocab]. */
+static void forward_call(dsv41_session *s, const int32_t *ids, int64_t T, float *logits, int all, dsv41_trace *tr) {
     const dsv41_model *m = s->m;
     const config *c = &m->cfg;
-    if (n < 1) return set_error("forward: no tokens");
-    if (s->pos > 0 && n != 1)
-        return set_error("forward: after the prefill, tokens are fed one at a time (got %d at position %d)", n, s->pos);
-    if ((int64_t)s->pos + n > c->max_seq_len)
-        return set_error("forward: %d tokens at position %d exceed the context of %d", n, s->pos, c->max_seq_len);
-    for (int32_t t = 0; t < n; t++)
-        if (ids[t] < 0 || ids[t] >= c->vocab_size)
-            return set_error("forward: token id %d is outside the vocabulary [0, %d)", ids[t], c->vocab_size);
-    int64_t T = n;
     int32_t hc = c->hc_mult, dim = c->dim, cols = engram_cols(c);
     scratch_mark mark = scratch_begin();
     int64_t *hashes = scratch_i64(T * (c->n_engram ? c->n_engram : 1) * cols);
@@ -161,18 +154,61 @@ int dsv41_session_forward(dsv41_session *s, const int32_t *ids, int32_t n, float
         }
     }
     trace_f32(tr, x, 3, (int64_t[]){1, T, dim}, "embed");
-    for (int32_t l = 0; l < c->n_layers; l++) block(s, l, T, hashes, h, pre_mix, tr);
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        block(s, l, T, hashes, h, pre_mix, tr);
+        if (s->progress) s->progress(s->progress_ctx, l + 1, c->n_layers);
+    }
     hc_pre(h, pre_mix, T, hc, dim, x);
     rms_norm(x, m->norm, T, dim, c->norm_eps, xn);
     trace_f32(tr, x, 3, (int64_t[]){1, T, dim}, "h_final");
     trace_f32(tr, xn, 3, (int64_t[]){1, T, dim}, "head_in");
-    /* only the last position's logits are needed to sample; a trace records them all */
-    int64_t first = tr ? 0 : T - 1, V = c->vocab_size;
+    /* sampling needs only the last position; a trace or `all` asks for every one */
+    int64_t first = tr || all ? 0 : T - 1, V = c->vocab_size;
     float *lg = scratch_f32((T - first) * V);
     if (tr || logits) linear(&m->head, xn + first * dim, T - first, lg);
     trace_f32(tr, lg, 3, (int64_t[]){1, T, V}, "logits_full");
-    if (logits) memcpy(logits, lg + (T - 1 - first) * V, (size_t)V * sizeof *logits);
-    s->pos += n;
+    if (logits) memcpy(logits, all ? lg : lg + (T - 1 - first) * V, (size_t)(all ? T * V : V) * sizeof *logits);
+    s->pos += (int32_t)T;
     scratch_end(mark);
+}
+
+static int check_call(const dsv41_session *s, const int32_t *ids, int32_t n) {
+    const config *c = &s->m->cfg;
+    if (n < 1) return set_error("forward: no tokens");
+    if ((int64_t)s->pos + n > c->max_seq_len)
+        return set_error("forward: %d tokens at position %d exceed the context of %d tokens", n, s->pos, c->max_seq_len);
+    for (int32_t t = 0; t < n; t++)
+        if (ids[t] < 0 || ids[t] >= c->vocab_size)
+            return set_error("forward: token id %d is outside the vocabulary [0, %d)", ids[t], c->vocab_size);
     return 0;
+}
+
+/* After the prefill the reference only defines one-token calls (its window ring, compressor
+ * tail and stale index keys all follow decode semantics), so a chunk appended later is exactly
+ * that sequence of calls; the trace keeps the last one's captures. */
+static int forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logits, int all, dsv41_trace *tr) {
+    if (check_call(s, ids, n)) return -1;
+    if (s->pos == 0 || n == 1) {
+        forward_call(s, ids, n, logits, all, tr);
+        return 0;
+    }
+    int64_t V = s->m->cfg.vocab_size;
+    for (int32_t i = 0; i < n; i++) {
+        float *out = !logits ? NULL : all ? logits + i * V : i == n - 1 ? logits : NULL;
+        forward_call(s, ids + i, 1, out, 0, tr);
+    }
+    return 0;
+}
+
+int dsv41_session_forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logits, dsv41_trace *tr) {
+    return forward(s, ids, n, logits, 0, tr);
+}
+
+int dsv41_session_forward_all(dsv41_session *s, const int32_t *ids, int32_t n, float *logits) {
+    return forward(s, ids, n, logits, 1, NULL);
+}
+
+void dsv41_session_set_progress(dsv41_session *s, void (*fn)(void *ctx, int32_t done, int32_t total), void *ctx) {
+    s->progress = fn;
+    s->progress_ctx = ctx;
 }

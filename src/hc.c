@@ -85,14 +85,15 @@ void hc_pre(const float *h, const float *pre, int64_t T, int32_t hc, int32_t dim
 }
 
 /* x [T][dim], res [T][hc][dim], post [T][hc], comb [T][hc][hc]
- * -> y [T][hc][dim] = bf16(post[k] * x + sum_j comb[j][k] * res[j]) */
+ * -> y [T][hc][dim] = bf16(post[k] * x + sum_j comb[j][k] * res[j]); the sum over j is formed
+ * first, as torch.sum does, and only then added to post * x */
 void hc_post(const float *x, const float *res, const float *post, const float *comb, int64_t T, int32_t hc,
              int32_t dim, float *y) {
     for (int64_t t = 0; t < T; t++)
         for (int32_t k = 0; k < hc; k++)
             for (int32_t d = 0; d < dim; d++) {
-                float acc = post[t * hc + k] * x[t * dim + d];
-                for (int32_t j = 0; j < hc; j++) acc += comb[(t * hc + j) * hc + k] * res[(t * hc + j) * dim + d];
-                y[(t * hc + k) * dim + d] = bf16_round(acc);
+                float mix = 0.0f;
+                for (int32_t j = 0; j < hc; j++) mix += comb[(t * hc + j) * hc + k] * res[(t * hc + j) * dim + d];
+                y[(t * hc + k) * dim + d] = bf16_round(post[t * hc + k] * x[t * dim + d] + mix);
             }
 }

@@ -154,7 +154,7 @@ int32_t indexer(dsv41_session *s, int32_t l, const float *x, const float *qr, co
         for (int32_t h = 0; h < IH; h++) rope_apply(&m->rope_yarn, q + (t * IH + h) * ihd, ihd, rd, pos + t, 0);
     fp4_fake_quant_e8m0(q, (size_t)(T * IH * ihd), 32);
     linear(&L->idx_weights_proj, x, T, w);
-    float wscale = powf((float)ihd, -0.5f) * powf((float)IH, -0.5f);
+    float wscale = (float)(pow(ihd, -0.5) * pow(IH, -0.5)); /* one python-float scalar in the release */
     for (int64_t i = 0; i < T * IH; i++) w[i] = bf16_round(w[i] * wscale);
     for (int64_t t = 0; t < T; t++) {
         visible[t] = pos == 0 ? (int32_t)(t + 1) / ratio : width;

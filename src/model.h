@@ -168,6 +168,8 @@ struct dsv41_session {
     int64_t *ngram_cache;                   /* [max_seq_len] compressed ids */
     layer_state *layers;                    /* [n_layers] */
     shared_slots shared;
+    void (*progress)(void *ctx, int32_t done, int32_t total); /* per layer, or NULL */
+    void *progress_ctx;
 };
 
 /* ---- traces: named captures of the golden's intermediates */

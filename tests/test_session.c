@@ -1,0 +1,101 @@
+/* test_session.c - sessions that append chunks after the prefill, and the sampler.
+ *
+ * The golden's decode regimes are one-token calls; appending both tokens as one chunk must give
+ * the same state: the last position's captures pass the decode13 bars and the first position's
+ * logits the decode12 bars. */
+#include <math.h>
+#include <string.h>
+
+#include "golden.h"
+#include "testing.h"
+
+static void test_chunked_append(const dsv41_golden *g, const dsv41_model *m) {
+    const json *root = golden_root(g), *d12 = json_get(root, "decode12"), *d13 = json_get(root, "decode13");
+    static const int32_t prompt[12] = {2, 17, 47, 13, 32, 59, 39, 29, 42, 31, 36, 6}, chunk[2] = {27, 8};
+    dsv41_session *a = dsv41_session_new(m), *b = dsv41_session_new(m);
+    dsv41_trace *tr = dsv41_trace_new();
+    int32_t V = dsv41_model_vocab_size(m);
+    float *logits = malloc((size_t)(2 * V) * sizeof *logits);
+    CHECK(dsv41_session_forward(a, prompt, 12, NULL, NULL) == 0 && dsv41_session_forward(a, chunk, 2, NULL, tr) == 0,
+          "prefill then a 2-token append");
+    CHECK(dsv41_session_pos(a) == 14, "the append advanced the position to 14");
+    int32_t passed = 0, total = 0;
+    for (size_t i = 0; i < d13->len; i++) {
+        const capture *c = trace_find(tr, d13->keys[i]);
+        total++;
+        if (c && golden_compare("append", d13->keys[i], &d13->items[i], c->v, c->ndim, c->shape, stderr) == 1) passed++;
+    }
+    CHECK(passed == total && total == 148, "the append's last position passes decode13: %d of %d captures", passed, total);
+    CHECK(dsv41_session_forward(b, prompt, 12, NULL, NULL) == 0 && dsv41_session_forward_all(b, chunk, 2, logits) == 0,
+          "the same append with every position's logits");
+    double *first = malloc((size_t)V * sizeof *first);
+    for (int32_t v = 0; v < V; v++) first[v] = logits[v];
+    CHECK(golden_compare("append", "logits_full", json_get(d12, "logits_full"), first, 3, (int64_t[]){1, 1, V}, stderr) == 1,
+          "the append's first position's logits pass decode12");
+    int32_t too_long[64] = {0};
+    CHECK(dsv41_session_forward(b, too_long, 64, NULL, NULL) != 0 && strstr(dsv41_error(), "context") != NULL,
+          "an append past the context is refused: %s", dsv41_error());
+    free(first);
+    free(logits);
+    dsv41_trace_free(tr);
+    dsv41_session_free(a);
+    dsv41_session_free(b);
+}
+
+static void test_sampler(void) {
+    enum { V = 8, N = 20000 };
+    float logits[V] = {1.0f, 3.0f, 2.0f, 2.9f, -1.0f, 0.5f, 3.0f, 0.0f};
+    dsv41_sampler_params greedy = {0.0f, 0, 1.0f, 0.0f, 1};
+    dsv41_sampler *s = dsv41_sampler_new(&greedy, V);
+    CHECK(s && dsv41_sample(s, logits) == 1, "greedy picks the largest logit, the lower id on a tie");
+    dsv41_sampler_free(s);
+
+    dsv41_sampler_params p = {1.0f, 0, 1.0f, 0.0f, 42};
+    dsv41_sampler *a = dsv41_sampler_new(&p, V), *b = dsv41_sampler_new(&p, V);
+    int same = 1, counts[V] = {0};
+    for (int i = 0; i < N; i++) {
+        int32_t x = dsv41_sample(a, logits);
+        same &= x == dsv41_sample(b, logits);
+        counts[x]++;
+    }
+    CHECK(same, "the same seed draws the same tokens");
+    double z = 0;
+    for (int i = 0; i < V; i++) z += exp(logits[i]);
+    int close = 1;
+    for (int i = 0; i < V; i++) {
+        double want = N * exp(logits[i]) / z, sd = sqrt(want) + 1;
+        close &= fabs(counts[i] - want) < 5 * sd;
+    }
+    CHECK(close, "temperature 1 draws follow the softmax");
+    dsv41_sampler_free(a);
+    dsv41_sampler_free(b);
+
+    dsv41_sampler_params k2 = {1.0f, 2, 1.0f, 0.0f, 7}, tp = {1.0f, 0, 0.5f, 0.0f, 7}, mp = {1.0f, 0, 1.0f, 0.5f, 7};
+    dsv41_sampler *sk = dsv41_sampler_new(&k2, V), *sp = dsv41_sampler_new(&tp, V), *sm = dsv41_sampler_new(&mp, V);
+    int ok_k = 1, ok_p = 1, ok_m = 1;
+    for (int i = 0; i < 2000; i++) {
+        int32_t x = dsv41_sample(sk, logits), y = dsv41_sample(sp, logits), w = dsv41_sample(sm, logits);
+        ok_k &= x == 1 || x == 6;                 /* the two largest (a tie at 3.0) */
+        ok_p &= y == 1 || y == 6;                 /* 3.0, 3.0 already hold more than half the mass */
+        ok_m &= w == 1 || w == 6 || w == 3;       /* within half of the top probability: e^-0.1 ok, e^-1 not */
+    }
+    CHECK(ok_k, "top-k 2 keeps the two largest");
+    CHECK(ok_p, "top-p 0.5 keeps the smallest set holding half the mass");
+    CHECK(ok_m, "min-p 0.5 drops tokens below half the top probability");
+    dsv41_sampler_free(sk);
+    dsv41_sampler_free(sp);
+    dsv41_sampler_free(sm);
+    dsv41_sampler_params bad = {-1.0f, 0, 1.0f, 0.0f, 0};
+    CHECK(dsv41_sampler_new(&bad, V) == NULL, "a negative temperature is refused");
+}
+
+int main(void) {
+    dsv41_golden *g = dsv41_golden_load(golden_path());
+    CHECK(g != NULL, "golden loads: %s", g ? "" : dsv41_error());
+    dsv41_model *m = g ? dsv41_model_from_golden(g) : NULL;
+    if (m) test_chunked_append(g, m);
+    dsv41_model_free(m);
+    dsv41_golden_free(g);
+    test_sampler();
+    return test_summary();
+}
