@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "dsv41.h"
+#include "commands.h"
 
 static int usage(void) {
     fprintf(stderr,
@@ -18,7 +19,10 @@ static int usage(void) {
             "                              write the golden's model as a checkpoint in the release layout\n"
             "  synth --config FILE -o DIR [--dtype bf16|fp8]\n"
             "                              write a checkpoint of any geometry with filler weights\n"
-            "  inspect DIR                 config, layer roles, tensor bytes per dtype, bytes read per decoded token\n");
+            "  inspect DIR                 config, layer roles, tensor bytes per dtype, bytes read per decoded token\n"
+            "  tokenize --tokenizer FILE [--added ADDED.json] [--special] TEXT\n"
+            "                              print the token ids of TEXT as a JSON array\n"
+            "  render --chat CASE.json     print the DeepSeek-V4.1 prompt of a chat case (no newline added)\n");
     return 2;
 }
 
@@ -81,6 +85,24 @@ static int cmd_synth(int argc, char **argv) {
         return 2;
     }
     return dsv41_synth(cfg, dtype, out) ? fail(dsv41_error()) : 0;
+}
+
+static int cmd_bench(int argc, char **argv) {
+    const char *dir = NULL;
+    int32_t threads = 0;
+    int json = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "-m") && i + 1 < argc) dir = argv[++i];
+        else if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = (int32_t)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--json")) json = 1;
+        else { fprintf(stderr, "usage: dsv41 bench -m DIR [-t N] [--json]\n"); return 2; }
+    }
+    if (!dir) { fprintf(stderr, "usage: dsv41 bench -m DIR [-t N] [--json]\n"); return 2; }
+    dsv41_model *m = dsv41_model_load(dir);
+    if (!m) return fail(dsv41_error());
+    int rc = dsv41_bench(m, threads, json, stdout);
+    dsv41_model_free(m);
+    return rc ? fail(dsv41_error()) : 0;
 }
 
 static int cmd_inspect(int argc, char **argv) {
@@ -176,9 +198,12 @@ int main(int argc, char **argv) {
     if (argc < 2) return usage();
     if (!strcmp(argv[1], "check")) return cmd_check(argc - 2, argv + 2);
     if (!strcmp(argv[1], "run")) return cmd_run(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "render")) return cmd_render(argc - 2, argv + 2);
     if (!strcmp(argv[1], "convert")) return cmd_convert(argc - 2, argv + 2);
     if (!strcmp(argv[1], "inspect")) return cmd_inspect(argc - 2, argv + 2);
     if (!strcmp(argv[1], "synth")) return cmd_synth(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) { usage(); return 0; }
     fprintf(stderr, "dsv41: unknown command '%s' (dsv41 --help lists them)\n", argv[1]);
     return 2;

@@ -56,6 +56,11 @@ int dsv41_session_forward_all(dsv41_session *s, const int32_t *ids, int32_t n, f
 /* Calls fn after each layer of every forward (a progress line for long prefills). */
 void dsv41_session_set_progress(dsv41_session *s, void (*fn)(void *ctx, int32_t done, int32_t total), void *ctx);
 
+/* ---- benchmark: decode and prefill speed against the machine's triad bandwidth and FMA peak,
+ * measured in the same run, at 1 thread and at `threads` (<= 0: one per core). json != 0
+ * prints one JSON object instead of the table. */
+int dsv41_bench(const dsv41_model *m, int32_t threads, int json, FILE *out);
+
 /* ---- sampling */
 typedef struct {
     float temperature;  /* 0: greedy */
@@ -94,11 +99,12 @@ int dsv41_synth(const char *config_path, const char *dtype, const char *out_dir)
 typedef struct dsv41_tokenizer dsv41_tokenizer;
 dsv41_tokenizer *dsv41_tokenizer_load(const char *path);
 /* As dsv41_tokenizer_load, with the file's added tokens replaced by the table in
- * added_tokens_path (a JSON object {"id": "spelling", ...}), as the V4.1 test tokenizer is built. */
+ * added_tokens_path ({"tokens": [{"id": N, "content": "spelling", "special": B?}, ...]}, the
+ * layout of v41_added_tokens.json), as the V4.1 test tokenizer is built. */
 dsv41_tokenizer *dsv41_tokenizer_load_with_added(const char *path, const char *added_tokens_path);
 void dsv41_tokenizer_free(dsv41_tokenizer *t);
 int32_t dsv41_tokenizer_n_vocab(const dsv41_tokenizer *t);
-/* The id of a token spelling (added or vocabulary), or -1. */
+/* The id of a token spelling (added, or vocabulary as written in tokenizer.json: "Ġcalls"), or -1. */
 int32_t dsv41_tokenizer_find(const dsv41_tokenizer *t, const char *spelling);
 /* Encodes len bytes of UTF-8. With special != 0, added-token spellings in the text become their
  * ids; otherwise they are ordinary text. Writes at most cap ids and returns the full count, or
@@ -107,13 +113,14 @@ int64_t dsv41_tokenize(const dsv41_tokenizer *t, const char *text, size_t len, i
 /* The raw bytes token id stands for (byte-level decoded), or NULL for an unknown id. */
 const char *dsv41_token_bytes(const dsv41_tokenizer *t, int32_t id, size_t *len);
 /* Streaming decode: bytes of a character split across tokens are held back until it is
- * complete; a sequence that can never be valid UTF-8 is emitted as U+FFFD. */
+ * complete; a sequence that can never be valid UTF-8 is emitted as U+FFFD. Start from a zeroed
+ * stream; n > 0 when the stream ends means an incomplete character: show it as U+FFFD. */
 typedef struct {
     unsigned char pending[8]; /* bytes of an incomplete character */
     int32_t n;                /* how many are pending */
 } dsv41_utf8_stream;
-/* Appends token id to the stream; writes the now-complete text to out (at most cap bytes; 4*8+
- * is always enough) and returns its length, or -1 for an unknown id. */
+/* Appends token id to the stream; writes the now-complete text to out and returns its length,
+ * or -1 for an unknown id or a cap that might not hold it (3 * (token bytes + 3) always does). */
 int64_t dsv41_detokenize(const dsv41_tokenizer *t, dsv41_utf8_stream *st, int32_t id, char *out, int64_t cap);
 
 /* ---- chat encoding of DeepSeek-V4.1 */

@@ -113,6 +113,12 @@ static int stored_fp8(const char *name) {
     return 0;
 }
 
+/* Held in f32 by the reference but stored bf16 in the release checkpoint (model.py promotes
+ * them on load). */
+static int promoted_f32(const char *name) {
+    return !strcmp(name, "head.weight") || ends(name, "compressor.wkv.weight") || ends(name, "compressor.wgate.weight");
+}
+
 /* w [rows][cols] -> codes e4m3 [rows][cols], scale e8m0 [ceil(rows/32)][ceil(cols/32)] */
 static void quant_fp8_tiles(const weight *w, uint8_t *codes, uint8_t *scale) {
     int64_t tr = (w->rows + 31) / 32, tc = (w->cols + 31) / 32;
@@ -170,6 +176,14 @@ static int plan(const config *c, const recorder *r, int fp8, out_list *o) {
             else quant_fp8_tiles(w, codes, scale);
             if (!add_out(o, rc->name, expert ? "I8" : "F8_E4M3", 2, rows, dc, codes, (size_t)(rows * dc), sh) ||
                 !add_out(o, sname, "F8_E8M0", 2, sr, sc, scale, (size_t)(sr * sc), sh))
+                return set_error("out of memory");
+            continue;
+        }
+        if (fp8 && w->type == DT_F32 && promoted_f32(rc->name)) { /* the release stores these bf16 */
+            uint16_t *h = own(o, (size_t)(rows * cols) * 2);
+            if (!h) return set_error("out of memory");
+            for (int64_t i = 0; i < rows * cols; i++) h[i] = f32_to_bf16(((const float *)w->data)[i]);
+            if (!add_out(o, rc->name, "BF16", rc->ndim, rc->shape[0], rc->shape[1], h, (size_t)(rows * cols) * 2, sh))
                 return set_error("out of memory");
             continue;
         }

@@ -33,6 +33,20 @@ static void tally(dtype_tally *t, const weight *w) {
     t->bytes[w->type] += weight_bytes(w);
 }
 
+size_t model_decode_bytes(const dsv41_model *m) {
+    const config *c = &m->cfg;
+    size_t n = weight_bytes(&m->embed) / (size_t)c->vocab_size + weight_bytes(&m->head);
+    for (int l = 0; l < c->n_layers; l++) {
+        const layer_weights *L = &m->layers[l];
+        const weight *dense[32];
+        int k = dense_weights(L, dense);
+        for (int i = 0; i < k; i++) n += weight_bytes(dense[i]);
+        n += (size_t)c->n_activated_experts * (weight_bytes(&L->w1[0]) + weight_bytes(&L->w2[0]) + weight_bytes(&L->w3[0]));
+        if (L->engram >= 0) n += (size_t)engram_cols(c) * weight_bytes(&L->eg_table) / (size_t)L->eg_table.rows;
+    }
+    return n;
+}
+
 void dsv41_model_describe(const dsv41_model *m, FILE *out) {
     const config *c = &m->cfg;
     fprintf(out, "config: vocab %d, dim %d, %d layers, %d heads x %d (RoPE on %d), q/o rank %d/%d in %d groups\n",
@@ -60,25 +74,17 @@ void dsv41_model_describe(const dsv41_model *m, FILE *out) {
     dtype_tally t = {{0}, {0}};
     tally(&t, &m->embed);
     tally(&t, &m->head);
-    size_t per_token = weight_bytes(&m->embed) / (size_t)c->vocab_size + weight_bytes(&m->head);
     for (int l = 0; l < c->n_layers; l++) {
         const layer_weights *L = &m->layers[l];
         const weight *dense[32];
         int n = dense_weights(L, dense);
-        for (int i = 0; i < n; i++) {
-            tally(&t, dense[i]);
-            per_token += weight_bytes(dense[i]);
-        }
+        for (int i = 0; i < n; i++) tally(&t, dense[i]);
         for (int e = 0; e < c->n_routed_experts; e++) {
             tally(&t, &L->w1[e]);
             tally(&t, &L->w2[e]);
             tally(&t, &L->w3[e]);
         }
-        per_token += (size_t)c->n_activated_experts * (weight_bytes(&L->w1[0]) + weight_bytes(&L->w2[0]) + weight_bytes(&L->w3[0]));
-        if (L->engram >= 0) {
-            tally(&t, &L->eg_table);
-            per_token += (size_t)engram_cols(c) * weight_bytes(&L->eg_table) / (size_t)L->eg_table.rows;
-        }
+        if (L->engram >= 0) tally(&t, &L->eg_table);
     }
     static const char *DT[] = {"F32", "BF16", "F8_E4M3", "F8_E8M0", "FP4 (I8)"};
     size_t total = 0;
@@ -90,5 +96,5 @@ void dsv41_model_describe(const dsv41_model *m, FILE *out) {
         }
     fprintf(out, "  total     %14zu bytes\n", total);
     fprintf(out, "one decoded token reads %zu bytes of weights (dense layers, %d of %d experts per layer, "
-                 "one embedding row, engram rows, the head)\n", per_token, c->n_activated_experts, c->n_routed_experts);
+                 "one embedding row, engram rows, the head)\n", model_decode_bytes(m), c->n_activated_experts, c->n_routed_experts);
 }

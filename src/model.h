@@ -88,6 +88,10 @@ typedef struct {
  * act-quantize x and sum per 32-block; everything else is a bf16 GEMM with a bf16 result. */
 void linear_rows(const weight *w, int64_t row0, int64_t n, const float *x, int64_t T, int64_t xstride, float *y);
 void linear(const weight *w, const float *x, int64_t T, float *y);
+/* Multiply-adds done by linear() so far, all threads (for FLOP rates). */
+uint64_t linear_macs(void);
+/* Bytes of weights one decoded token reads (dense matrices, active experts, rows). */
+size_t model_decode_bytes(const dsv41_model *m);
 /* Element (r, c) of w as f32 (embedding rows, table gathers). */
 float weight_get(const weight *w, int64_t r, int64_t c);
 

@@ -56,6 +56,9 @@ static void act_quant_blocks(const float *x, int64_t n, float *q, float *s) {
 }
 
 static const kernel_set *active;
+static uint64_t macs;
+
+uint64_t linear_macs(void) { return __atomic_load_n(&macs, __ATOMIC_RELAXED); }
 
 const kernel_set *kernels_current(void) { return active ? active : (active = kernels_best()); }
 void kernels_use(const kernel_set *k) { active = k; }
@@ -94,6 +97,7 @@ void linear_rows(const weight *w, int64_t row0, int64_t n, const float *x, int64
     /* a thread gets at least ~64k multiply-adds, so tiny projections stay on one thread */
     int64_t per = (65536 + w->cols * T - 1) / (w->cols * T);
     pool_run(n, per, linear_range, &j);
+    __atomic_fetch_add(&macs, (uint64_t)(n * T * w->cols), __ATOMIC_RELAXED);
     scratch_end(mark);
 }
 

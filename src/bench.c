@@ -1,0 +1,208 @@
+/* bench.c - speed against the machine's own limits, measured in the same run.
+ *
+ * Decoding reads every active weight once per token, so its limit is the memory bandwidth
+ * (a STREAM-like triad measured here) divided by the bytes one token reads; prefill multiplies
+ * a chunk of tokens through each weight, so its limit is the FMA rate (a register-only FMA
+ * loop measured here). Each figure is reported with its ratio to that limit. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "kernels.h"
+#include "pool.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    double *a, *b, *c;
+} triad_job;
+
+static void triad_range(void *ctx, int64_t b, int64_t e) {
+    triad_job *j = ctx;
+    for (int64_t i = b; i < e; i++) j->a[i] = j->b[i] + 3.0 * j->c[i];
+}
+
+/* best of 5 passes of a[i] = b[i] + s*c[i] over 3 x 128 MiB, counting 24 bytes per element */
+static double triad_gbps(void) {
+    int64_t n = 16 << 20;
+    triad_job j = {malloc((size_t)n * 8), malloc((size_t)n * 8), malloc((size_t)n * 8)};
+    if (!j.a || !j.b || !j.c) { free(j.a); free(j.b); free(j.c); return 0.0; }
+    for (int64_t i = 0; i < n; i++) j.a[i] = 0.0, j.b[i] = 1.0, j.c[i] = 2.0;
+    double best = 1e30;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now();
+        pool_run(n, 1 << 16, triad_range, &j);
+        best = fmin(best, now() - t0);
+    }
+    free(j.a); free(j.b); free(j.c);
+    return 24.0 * (double)n / best / 1e9;
+}
+
+/* 12 independent FMA chains per thread, in the widest vectors the CPU has */
+#define FMA_ITERS 20000000LL
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) static float fma_avx512(void) {
+    __m512 acc[12], m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-7f);
+    for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_ps((float)i);
+    for (long long it = 0; it < FMA_ITERS; it++)
+        for (int i = 0; i < 12; i++) acc[i] = _mm512_fmadd_ps(acc[i], m, a);
+    float s = 0;
+    for (int i = 0; i < 12; i++) s += _mm512_reduce_add_ps(acc[i]);
+    return s;
+}
+
+__attribute__((target("avx2,fma"))) static float fma_avx2(void) {
+    __m256 acc[12], m = _mm256_set1_ps(0.999999f), a = _mm256_set1_ps(1e-7f);
+    for (int i = 0; i < 12; i++) acc[i] = _mm256_set1_ps((float)i);
+    for (long long it = 0; it < FMA_ITERS; it++)
+        for (int i = 0; i < 12; i++) acc[i] = _mm256_fmadd_ps(acc[i], m, a);
+    float out[8], s = 0;
+    for (int i = 0; i < 12; i++) {
+        _mm256_storeu_ps(out, acc[i]);
+        for (int k = 0; k < 8; k++) s += out[k];
+    }
+    return s;
+}
+#endif
+
+static float fma_scalar(void) {
+    float acc[12], s = 0;
+    for (int i = 0; i < 12; i++) acc[i] = (float)i;
+    for (long long it = 0; it < FMA_ITERS; it++)
+        for (int i = 0; i < 12; i++) acc[i] = fmaf(acc[i], 0.999999f, 1e-7f);
+    for (int i = 0; i < 12; i++) s += acc[i];
+    return s;
+}
+
+static int fma_lanes(void) {
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) return 16;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 8;
+#endif
+    return 1;
+}
+
+static volatile float fma_sink;
+
+static void fma_range(void *ctx, int64_t b, int64_t e) {
+    (void)ctx;
+    for (int64_t i = b; i < e; i++) {
+#if defined(__x86_64__)
+        int lanes = fma_lanes();
+        fma_sink = lanes == 16 ? fma_avx512() : lanes == 8 ? fma_avx2() : fma_scalar();
+#else
+        fma_sink = fma_scalar();
+#endif
+    }
+}
+
+static double peak_gflops(void) {
+    int32_t t = pool_threads();
+    double t0 = now();
+    pool_run(t, 1, fma_range, NULL);
+    double dt = now() - t0;
+    return 2.0 * 12.0 * (double)fma_lanes() * (double)FMA_ITERS * t / dt / 1e9;
+}
+
+typedef struct {
+    double tok_s, gflops;
+} timing;
+
+/* decode: `ctx` tokens of prefill, then n one-token calls, timed */
+static timing time_decode(const dsv41_model *m, int32_t ctx, int32_t n) {
+    dsv41_session *s = dsv41_session_new(m);
+    int32_t V = m->cfg.vocab_size, *ids = malloc((size_t)(ctx > 0 ? ctx : 1) * sizeof *ids);
+    float *logits = malloc((size_t)V * sizeof *logits);
+    for (int32_t i = 0; i < ctx; i++) ids[i] = (int32_t)((i * 7919 + 3) % V);
+    if (ctx > 0) dsv41_session_forward(s, ids, ctx, logits, NULL);
+    double t0 = now();
+    for (int32_t i = 0; i < n; i++) {
+        int32_t next = (int32_t)((i * 104729 + 11) % V);
+        dsv41_session_forward(s, &next, 1, logits, NULL);
+    }
+    timing r = {n / (now() - t0), 0.0};
+    free(ids);
+    free(logits);
+    dsv41_session_free(s);
+    return r;
+}
+
+static timing time_prefill(const dsv41_model *m, int32_t n) {
+    dsv41_session *s = dsv41_session_new(m);
+    int32_t V = m->cfg.vocab_size, *ids = malloc((size_t)n * sizeof *ids);
+    float *logits = malloc((size_t)V * sizeof *logits);
+    for (int32_t i = 0; i < n; i++) ids[i] = (int32_t)((i * 7919 + 3) % V);
+    uint64_t macs0 = linear_macs();
+    double t0 = now();
+    dsv41_session_forward(s, ids, n, logits, NULL);
+    double dt = now() - t0;
+    timing r = {n / dt, 2.0 * (double)(linear_macs() - macs0) / dt / 1e9};
+    free(ids);
+    free(logits);
+    dsv41_session_free(s);
+    return r;
+}
+
+/* compressed KV and index keys per token of context (f32 in the caches), plus the n-gram id */
+static double kv_bytes_per_token(const config *c) {
+    double b = 8.0;
+    for (int l = 0; l < c->n_layers; l++)
+        if (c->is_kv_source[l]) b += 4.0 * (c->head_dim + c->index_head_dim) / c->compress_ratio[l];
+    return b;
+}
+
+int dsv41_bench(const dsv41_model *m, int32_t threads, int json, FILE *out) {
+    const config *c = &m->cfg;
+    int32_t n_pre = 512 < c->max_seq_len ? 512 : c->max_seq_len / 2, n_dec = 128;
+    int32_t ctxs[3] = {16, n_pre, 2 * n_pre};
+    if (threads < 1) threads = pool_threads();
+    double bytes = (double)model_decode_bytes(m);
+    if (!json)
+        fprintf(out, "kernels: %s; weights read per decoded token: %.1f MB; KV cache: %.0f bytes per token\n",
+                kernels_current()->name, bytes / 1e6, kv_bytes_per_token(c));
+    double triad = 0, peak = 0;
+    timing dec = {0, 0}, pre = {0, 0};
+    int32_t counts[2] = {1, threads};
+    for (int pass = threads > 1 ? 0 : 1; pass < 2; pass++) {
+        if (dsv41_set_threads(counts[pass])) return -1;
+        triad = triad_gbps();
+        peak = peak_gflops();
+        pre = time_prefill(m, n_pre);
+        if (!json) {
+            fprintf(out, "threads %d: triad %.1f GB/s, FMA peak %.1f GFLOP/s\n", counts[pass], triad, peak);
+            fprintf(out, "  prefill %4d tokens: %8.1f tok/s  %7.1f GFLOP/s  (%.0f%% of peak)\n", n_pre, pre.tok_s,
+                    pre.gflops, 100.0 * pre.gflops / peak);
+        }
+        for (int k = 0; k < 3; k++) {
+            if (ctxs[k] + n_dec > c->max_seq_len) continue;
+            timing d = time_decode(m, ctxs[k], n_dec);
+            if (k == 0) dec = d;
+            if (!json)
+                fprintf(out, "  decode at %5d: %8.1f tok/s  %7.2f GB/s  (%.0f%% of triad)\n", ctxs[k], d.tok_s,
+                        d.tok_s * bytes / 1e9, 100.0 * d.tok_s * bytes / 1e9 / triad);
+        }
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double rss = (double)ru.ru_maxrss * 1024.0;
+    if (json)
+        fprintf(out,
+                "{\"decode\": {\"tokens_per_s\": %.3f, \"bytes_per_token\": %.0f, \"effective_gbps\": %.3f, "
+                "\"triad_gbps\": %.3f, \"roofline_ratio\": %.4f}, \"prefill\": {\"tokens_per_s\": %.3f, "
+                "\"gflops\": %.3f, \"peak_gflops\": %.3f, \"flops_ratio\": %.4f}, \"threads\": %d, "
+                "\"kv_bytes_per_token\": %.0f, \"peak_rss_bytes\": %.0f}\n",
+                dec.tok_s, bytes, dec.tok_s * bytes / 1e9, triad, dec.tok_s * bytes / 1e9 / triad, pre.tok_s,
+                pre.gflops, peak, pre.gflops / peak, threads, kv_bytes_per_token(c), rss);
+    else
+        fprintf(out, "peak resident memory: %.0f MB\n", rss / 1e6);
+    return 0;
+}
