@@ -59,7 +59,7 @@ static char *parse_string(parser *ps, size_t *outlen) {
     ps->p++; /* opening quote */
     const char *s = ps->p;
     size_t cap = 16;
-    while (s < ps->end && *s != '"') { cap++; s++; }
+    while (s < ps->end && *s != '"') { s += (*s == '\\' && s + 1 < ps->end) ? 2 : 1; cap += 2; } /* skip \" */
     char *o = malloc(cap + 1), *w = o;
     if (!o) { fail(ps, "out of memory"); return NULL; }
     while (ps->p < ps->end && *ps->p != '"') {
