@@ -4,6 +4,7 @@ CFLAGS  ?= -O2
 # -ffp-contract=off: the reference's rounding points assume no fused multiply-adds
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -ffp-contract=off -Iinclude -Isrc
 LDLIBS  = -lpcre2-8 -lm -lpthread
+CLI_LDLIBS = -ledit
 
 LIB_SRC = $(wildcard src/*.c)
 LIB_OBJ = $(LIB_SRC:src/%.c=build/%.o) build/tiny_model.o
@@ -27,7 +28,7 @@ build/libdsv41.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 dsv41: $(wildcard cli/*.c cli/*.h) build/libdsv41.a
-	$(CC) $(CFLAGS) $(wildcard cli/*.c) build/libdsv41.a $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) $(wildcard cli/*.c) build/libdsv41.a $(LDLIBS) $(CLI_LDLIBS) -o $@
 
 build/test_%: tests/test_%.c tests/testing.h build/libdsv41.a
 	$(CC) $(CFLAGS) $< build/libdsv41.a $(LDLIBS) -o $@

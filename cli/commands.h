@@ -5,5 +5,7 @@
 
 int cmd_tokenize(int argc, char **argv);
 int cmd_render(int argc, char **argv);
+int cmd_run_text(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 
 #endif

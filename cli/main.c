@@ -15,6 +15,10 @@ static int usage(void) {
             "                              (weights from the checkpoint DIR instead of the golden's filler)\n"
             "  run [-m DIR] --ids A,B,C [-n N]\n"
             "                              prefill the ids, decode N tokens greedily (built-in tiny model by default)\n"
+            "  run -m DIR -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p M] [--seed S]\n"
+            "      [--think low|high|max|N] [--system TEXT] [--stop STR] [-t THREADS]\n"
+            "                              answer one user message, streaming the reply\n"
+            "  chat -m DIR [the same options]   an interactive conversation (/reset, /quit; Ctrl-C stops a reply)\n"
             "  convert --golden GOLDEN.json --dtype bf16|fp8 -o DIR\n"
             "                              write the golden's model as a checkpoint in the release layout\n"
             "  synth --config FILE -o DIR [--dtype bf16|fp8]\n"
@@ -142,6 +146,8 @@ static int32_t argmax(const float *v, int32_t n) {
 }
 
 static int cmd_run(int argc, char **argv) {
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "-p")) return cmd_run_text(argc, argv);
     int32_t ids[4096];
     int n_ids = 0;
     long n_new = 16;
@@ -204,6 +210,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "inspect")) return cmd_inspect(argc - 2, argv + 2);
     if (!strcmp(argv[1], "synth")) return cmd_synth(argc - 2, argv + 2);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "chat")) return cmd_chat(argc - 2, argv + 2);
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) { usage(); return 0; }
     fprintf(stderr, "dsv41: unknown command '%s' (dsv41 --help lists them)\n", argv[1]);
     return 2;

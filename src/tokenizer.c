@@ -640,8 +640,6 @@ static int grow_scratch(encoder *e, size_t n) {
 
 /* BPE over one piece: lowest-rank pair first, leftmost among equal ranks. */
 static int bpe_piece(encoder *e, const unsigned char *p, size_t n) {
-    for (size_t i = 0; i < n; i++) /* a vocabulary without all 256 byte tokens cannot spell every text */
-        if (e->t->byte_id[p[i]] < 0) return set_error("tokenize: the vocabulary has no token for byte 0x%02x", p[i]);
     if (n == 1) { emit(e, e->t->byte_id[p[0]]); return 0; }
     if (grow_scratch(e, n)) return -1;
     for (size_t i = 0; i < n; i++) {
