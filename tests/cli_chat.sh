@@ -1,0 +1,118 @@
+#!/bin/sh
+# cli_chat.sh - `dsv41 run -p` and `dsv41 chat` end to end as a person drives them: a tiny
+# synthesized checkpoint with a small byte-level tokenizer, piped stdin, a pseudo-terminal
+# with Ctrl-C during a reply, and bad input. Prints "N passed, N failed".
+cd "$(dirname "$0")/.." || exit 1
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+passed=0; failed=0
+ok() { passed=$((passed + 1)); }
+bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
+expect_error() {
+    name=$1; shift
+    "$@" >"$tmp/out" 2>"$tmp/err" </dev/null; rc=$?
+    lines=$(wc -l <"$tmp/err")
+    if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$lines" -eq 1 ]; then ok; else bad "$name: rc=$rc, $lines stderr lines: $(head -c 300 "$tmp/err")"; fi
+}
+
+# the tiny geometry with room for a byte-level vocabulary and a longer context
+python3 - models/tiny.json "$tmp/tiny.json" "$tmp/tokenizer.json" <<'PY'
+import json, sys
+cfg = json.load(open(sys.argv[1]))
+cfg.update(vocab_size=320, engram_compressed_vocab_size=320, max_seq_len=2048)
+json.dump(cfg, open(sys.argv[2], "w"))
+# GPT-2 byte map: printable bytes stand for themselves, the rest for U+0100.. in order
+bs = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+char = {b: chr(c) for b, c in zip(bs, cs)}
+specials = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜▁pad▁｜>", "<｜User｜>", "<｜Assistant｜>",
+            "<｜System｜>", "<think>", "</think>"]
+vocab = {char[b]: 8 + b for b in range(256)}
+merges = []
+for pair in ["Ġ t", "h e", "Ġ a", "i n", "Ġt he", "e r", "o n", "Ġ s", "r e", "a t", "e n", "o r", "Ġ w", "l l",
+             "Ġ h", "e l", "el l", "h ell", "Ġh ell", "Ġhell o", "o u", "Ġ y", "Ġy ou"]:
+    a, b = pair.split(" ")
+    if a + b not in vocab:
+        vocab[a + b] = 8 + 256 + len(merges)
+        merges.append(pair)
+tok = {
+    "version": "1.0",
+    "added_tokens": [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+                      "normalized": False, "special": True} for i, s in enumerate(specials)],
+    "normalizer": {"type": "Sequence", "normalizers": []},
+    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "\\p{N}{1,3}"}, "behavior": "Isolated", "invert": False},
+        {"type": "Split", "pattern": {"Regex": "[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+         "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+    "post_processor": None,
+    "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+    "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+              "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "vocab": vocab, "merges": merges},
+}
+json.dump(tok, open(sys.argv[3], "w"), ensure_ascii=False)
+PY
+./dsv41 synth --config "$tmp/tiny.json" -o "$tmp/m" && cp "$tmp/tokenizer.json" "$tmp/m/" && ok || bad "synth the test model"
+
+out=$(./dsv41 run -m "$tmp/m" -p "hello there" -n 12 --temp 0 2>"$tmp/err"); rc=$?
+[ $rc -eq 0 ] && [ -n "$out" ] && grep -qE '^prompt: [0-9]+ tokens, [0-9.]+ tok/s \| generated: [0-9]+ tokens, [0-9.]+ tok/s$' "$tmp/err" &&
+    ok || bad "run -p: rc=$rc, out '$out', err '$(cat "$tmp/err")'"
+a=$(./dsv41 run -m "$tmp/m" -p "hello" -n 20 --temp 0.9 --top-p 0.9 --seed 7 2>/dev/null)
+b=$(./dsv41 run -m "$tmp/m" -p "hello" -n 20 --temp 0.9 --top-p 0.9 --seed 7 2>/dev/null)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "the same seed gives the same reply"
+./dsv41 run -m "$tmp/m" -p "hello" -n 20 --think high --top-k 5 --min-p 0.05 >/dev/null 2>&1 && ok || bad "run with --think and samplers"
+
+# piped stdin: two turns, a reset, another turn
+printf 'hello\nhow are you\n/reset\nand again\n/quit\n' | ./dsv41 chat -m "$tmp/m" -n 10 --temp 0 >"$tmp/out" 2>"$tmp/err"; rc=$?
+[ $rc -eq 0 ] && grep -q 'conversation cleared' "$tmp/err" && grep -qE '^prompt: [0-9]+ tokens.*generated: 30 tokens' "$tmp/err" &&
+    [ "$(wc -l <"$tmp/out")" -eq 3 ] && ok || bad "chat over a pipe: rc=$rc, $(cat "$tmp/err")"
+
+# a pseudo-terminal: Ctrl-C during a long reply stops the reply, not the program
+python3 - ./dsv41 "$tmp/m" <<'PY' && ok || bad "chat on a terminal with Ctrl-C"
+import os, pty, select, sys, time
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], [sys.argv[1], "chat", "-m", sys.argv[2], "--temp", "1", "--seed", "3"])
+def read_for(t):
+    out, end = b"", time.time() + t
+    while time.time() < end:
+        r, _, _ = select.select([fd], [], [], 0.05)
+        if r:
+            try: out += os.read(fd, 65536)
+            except OSError: break
+    return out
+def wait_for(token, t=20):
+    out, end = b"", time.time() + t
+    while time.time() < end and token not in out:
+        out += read_for(0.1)
+    return out
+first = wait_for(b"> ")
+os.write(fd, b"hello there\r")
+time.sleep(0.3)
+os.write(fd, b"\x03")                # Ctrl-C while the reply streams
+after = wait_for(b"> ")              # the prompt comes back: the program lives
+os.write(fd, b"/quit\r")
+rest = read_for(3)
+_, status = os.waitpid(pid, 0)
+text = (after + rest).decode("utf-8", "replace")
+alive = b"> " in after
+gen = [l for l in text.splitlines() if "generated:" in l]
+n = int(gen[-1].split("generated: ")[1].split()[0]) if gen else -1
+ok = b"> " in first and alive and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and 0 < n < 1900
+if not ok: print("pty transcript:", repr(text[-600:]), "status", status, "generated", n)
+sys.exit(0 if ok else 1)
+PY
+
+expect_error "run with an unknown flag" ./dsv41 run -m "$tmp/m" -p "hi" --bogus 1
+expect_error "run without a tokenizer" ./dsv41 run -m "$tmp/ck_none" -p "hi"
+mkdir -p "$tmp/notok" && cp "$tmp/m"/*.json "$tmp/m"/*.safetensors "$tmp/notok/" && rm "$tmp/notok/tokenizer.json"
+expect_error "run with tokenizer.json missing" ./dsv41 run -m "$tmp/notok" -p "hi"
+expect_error "a prompt longer than the context" ./dsv41 run -m "$tmp/m" -p "$(python3 -c 'print("word " * 3000)')"
+expect_error "invalid UTF-8 in the prompt" ./dsv41 run -m "$tmp/m" -p "$(printf 'bad \377 byte')"
+expect_error "a bad temperature" ./dsv41 run -m "$tmp/m" -p "hi" --temp -1
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
