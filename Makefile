@@ -3,7 +3,7 @@ CC      ?= gcc
 CFLAGS  ?= -O2
 # -ffp-contract=off: the reference's rounding points assume no fused multiply-adds
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -ffp-contract=off -Iinclude -Isrc
-LDLIBS  = -lpcre2-8 -lm -lpthread
+LDLIBS  = -lpcre2-8 -lutf8proc -lm -lpthread
 CLI_LDLIBS = -ledit
 
 LIB_SRC = $(wildcard src/*.c)

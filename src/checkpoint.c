@@ -2,12 +2,13 @@
  *
  * config.json (served or flat form) gives the config; the Engram hash tables are computed from
  * it, with the compressed token map read from engram_token_map.json (a JSON array, one
- * compressed id per token id). Tensors come from the mapped safetensors shards. Layer roles
+ * compressed id per token id) or, without that file, built from tokenizer.json. Tensors come from the mapped safetensors shards. Layer roles
  * are cross-checked against the tensors: a tensor the config does not account for is an
  * error, since it means the config and the weights describe different models. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "safetensors.h"
 
@@ -20,9 +21,27 @@ static int ignored(const char *name) {
     return n > 13 && !strcmp(name + n - 13, "gate.bias_vl");
 }
 
-static int64_t *read_token_map(const char *dir, int32_t vocab) {
+/* The token map from dir/tokenizer.json, normalized as engram.py does; its size must be the
+ * config's engram_compressed_vocab_size. */
+static int64_t *token_map_from_tokenizer(const char *dir, int32_t vocab, int64_t want) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    dsv41_tokenizer *t = dsv41_tokenizer_load(path);
+    if (!t) return NULL;
+    int64_t *map = malloc((size_t)vocab * sizeof *map), n = -1;
+    if (!map) set_error("out of memory");
+    else if (dsv41_tokenizer_n_vocab(t) < vocab) set_error("%s: %d tokens, the model has %d", path, dsv41_tokenizer_n_vocab(t), vocab);
+    else if ((n = engram_token_map(t, vocab, map)) >= 0 && n != want)
+        set_error("%s: the Engram token map has %lld ids, the config says %lld", path, (long long)n, (long long)want);
+    dsv41_tokenizer_free(t);
+    if (n != want) { free(map); return NULL; }
+    return map;
+}
+
+static int64_t *read_token_map(const char *dir, int32_t vocab, int64_t want) {
     char path[1200], err[512];
     snprintf(path, sizeof path, "%s/engram_token_map.json", dir);
+    if (access(path, F_OK) != 0) return token_map_from_tokenizer(dir, vocab, want);
     json *j = json_load_file(path, err, sizeof err);
     if (!j) { set_error("%s", err); return NULL; }
     int64_t *map = NULL;
@@ -43,10 +62,10 @@ dsv41_model *dsv41_model_load(const char *dir) {
     json *cj = json_load_file(path, err, sizeof err);
     if (!cj) { set_error("%s", err); return NULL; }
     const json *text = json_get(cj, "text_config"), *ids = json_get(text ? text : cj, "engram_layer_ids"),
-               *vj = json_get(text ? text : cj, "vocab_size");
+               *vj = json_get(text ? text : cj, "vocab_size"), *cv = json_get(text ? text : cj, "engram_compressed_vocab_size");
     int64_t *token_map = NULL;
     if (ids && ids->type == JSON_ARR && ids->len > 0 && vj && vj->type == JSON_NUM) {
-        token_map = read_token_map(dir, (int32_t)json_i64(vj));
+        token_map = read_token_map(dir, (int32_t)json_i64(vj), cv && cv->type == JSON_NUM ? json_i64(cv) : -1);
         if (!token_map) { json_free(cj); return NULL; }
     }
     config c;

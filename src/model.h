@@ -176,6 +176,10 @@ struct dsv41_session {
     void *progress_ctx;
 };
 
+/* The Engram compressed token map of a tokenizer: map [vocab]; returns the number of distinct
+ * compressed ids, or -1. */
+int64_t engram_token_map(const dsv41_tokenizer *t, int32_t vocab, int64_t *map);
+
 /* ---- traces: named captures of the golden's intermediates */
 typedef struct {
     char name[64];
