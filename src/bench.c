@@ -181,6 +181,7 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int json, FILE *out) {
             fprintf(out, "threads %d: triad %.1f GB/s, FMA peak %.1f GFLOP/s\n", counts[pass], triad, peak);
             fprintf(out, "  prefill %4d tokens: %8.1f tok/s  %7.1f GFLOP/s  (%.0f%% of peak)\n", n_pre, pre.tok_s,
                     pre.gflops, 100.0 * pre.gflops / peak);
+            fflush(out);
         }
         for (int k = 0; k < 3; k++) {
             if (ctxs[k] + n_dec > c->max_seq_len) continue;
@@ -189,6 +190,7 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int json, FILE *out) {
             if (!json)
                 fprintf(out, "  decode at %5d: %8.1f tok/s  %7.2f GB/s  (%.0f%% of triad)\n", ctxs[k], d.tok_s,
                         d.tok_s * bytes / 1e9, 100.0 * d.tok_s * bytes / 1e9 / triad);
+            if (!json) fflush(out);
         }
     }
     struct rusage ru;

@@ -1,0 +1,69 @@
+/* test_threads.c - results do not depend on the thread count: a model big enough that every
+ * projection is split across threads gives the same logits bit for bit at 1, 2 and 3 threads,
+ * for a prefill and the decode steps after it; and the golden still passes at 3 threads. */
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "golden.h"
+#include "testing.h"
+
+static float *run(const dsv41_model *m, int32_t threads) {
+    dsv41_set_threads(threads);
+    int32_t V = dsv41_model_vocab_size(m), ids[9] = {5, 17, 200, 3, 99, 42, 7, 250, 11};
+    float *out = malloc((size_t)(4 * V) * sizeof *out);
+    dsv41_session *s = dsv41_session_new(m);
+    dsv41_session_forward(s, ids, 9, out, NULL);
+    for (int i = 1; i < 4; i++) dsv41_session_forward(s, &ids[i], 1, out + i * V, NULL);
+    dsv41_session_free(s);
+    return out;
+}
+
+int main(void) {
+    char dir[] = "/tmp/dsv41-threads-XXXXXX", cfg[300], model[300];
+    CHECK(mkdtemp(dir) != NULL, "temporary directory");
+    snprintf(cfg, sizeof cfg, "%s/cfg.json", dir);
+    snprintf(model, sizeof model, "%s/m", dir);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f, "{\"vocab_size\": 512, \"dim\": 512, \"n_layers\": 4, \"n_heads\": 4, \"head_dim\": 64, \"rope_head_dim\": 16,"
+               "\"q_lora_rank\": 128, \"o_lora_rank\": 64, \"o_groups\": 2, \"window_size\": 8, \"moe_inter_dim\": 256,"
+               "\"n_routed_experts\": 8, \"n_shared_experts\": 1, \"n_activated_experts\": 2, \"score_func\": \"sqrtsoftplus\","
+               "\"route_scale\": 1.5, \"norm_topk_prob\": true, \"swiglu_limit\": 10.0, \"compress_ratios\": [0, 2, 1, 1],"
+               "\"kv_source_layers\": [1, 2], \"index_source_layers\": [1, 2, 3], \"candidate_source_layer\": 2,"
+               "\"candidate_topk_blocks\": 2, \"candidate_block_size\": 2, \"index_n_heads\": 2, \"index_head_dim\": 64,"
+               "\"index_topk\": 4, \"hc_mult\": 4, \"hc_sinkhorn_iters\": 20, \"hc_eps\": 1e-6, \"engram_layer_ids\": [1],"
+               "\"engram_max_ngram_size\": 3, \"engram_vocab_size\": 1000, \"engram_n_heads\": 2, \"engram_head_dim\": 64,"
+               "\"engram_pad_id\": 2, \"engram_compressed_vocab_size\": 512, \"engram_num_embeddings\": [4062],"
+               "\"rope_theta\": 10000, \"compress_rope_theta\": 40000, \"rope_factor\": 2, \"original_seq_len\": 16,"
+               "\"beta_fast\": 32, \"beta_slow\": 1, \"norm_eps\": 1e-20, \"gate_temp\": 1.0, \"max_seq_len\": 64}\n");
+    fclose(f);
+    pid_t pid = fork(); /* a child writes the checkpoint, so this process starts with its default pool */
+    if (pid == 0) _exit(dsv41_synth(cfg, "fp8", model) ? (fprintf(stderr, "%s\n", dsv41_error()), 1) : 0);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "synth an fp8 model");
+    dsv41_model *m = dsv41_model_load(model);
+    CHECK(m != NULL, "load it: %s", m ? "" : dsv41_error());
+    if (m) {
+        size_t n = (size_t)(4 * dsv41_model_vocab_size(m)) * sizeof(float);
+        float *one = run(m, 1), *two = run(m, 2), *three = run(m, 3);
+        CHECK(!memcmp(one, two, n), "1 and 2 threads give the same logits bit for bit");
+        CHECK(!memcmp(one, three, n), "1 and 3 threads give the same logits bit for bit");
+        free(one); free(two); free(three);
+    }
+    dsv41_model_free(m);
+    dsv41_golden *g = dsv41_golden_load(golden_path());
+    dsv41_model *gm = g ? dsv41_model_from_golden(g) : NULL;
+    int32_t passed = 0, failed = -1;
+    dsv41_set_threads(3);
+    FILE *sink = fopen("/dev/null", "w");
+    if (gm) dsv41_golden_check(g, gm, sink, &passed, &failed);
+    fclose(sink);
+    CHECK(passed == 443 && failed == 0, "the golden at 3 threads: %d passed, %d failed", passed, failed);
+    dsv41_model_free(gm);
+    dsv41_golden_free(g);
+    char cmd[100];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+    return test_summary();
+}
