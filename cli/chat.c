@@ -52,7 +52,7 @@ static int num(const char *flag, const char *v, double lo, double hi, double *ou
 static int parse(int argc, char **argv, gen_opts *o, int allow_prompt) {
     *o = (gen_opts){.n_new = -1, .sp = {0.6f, 0, 0.95f, 0.0f, 0}};
     o->sp.seed = (uint64_t)time(NULL);
-    for (int i = 0; i < argc; i++) {
+    for (int i = 0; i < argc; i += 2) { /* every flag takes a value */
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double d;
         if (!v) { fprintf(stderr, "dsv41: '%s' needs a value or is unknown\n", f); return 2; }
@@ -69,7 +69,6 @@ static int parse(int argc, char **argv, gen_opts *o, int allow_prompt) {
         else if (!strcmp(f, "--seed")) { if (num(f, v, 0, 1.8e19, &d)) return 2; o->sp.seed = (uint64_t)d; }
         else if (!strcmp(f, "-t")) { if (num(f, v, 1, 256, &d) || dsv41_set_threads((int32_t)d)) return 2; }
         else { fprintf(stderr, "dsv41: unknown flag '%s'\n", f); return 2; }
-        i++;
     }
     if (!o->dir) { fprintf(stderr, "dsv41: give the checkpoint directory with -m DIR\n"); return 2; }
     return 0;
