@@ -2,21 +2,8 @@
 # cli.sh - the dsv41 program as a user drives it: the golden check, malformed goldens (each a
 # one-line error and a non-zero exit, never a crash), and `run` on the built-in model.
 # Prints "N passed, N failed" and exits non-zero on any failure.
-cd "$(dirname "$0")/.." || exit 1
+. "$(dirname "$0")/lib.sh"
 golden=${DSV41_GOLDEN:-${DSV41_SHARED:-../shared}/golden/ds41_tiny_golden.json}
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-passed=0; failed=0
-ok() { passed=$((passed + 1)); }
-bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
-
-# expect_error NAME CMD...: non-zero exit below 128 (no signal) and exactly one line on stderr
-expect_error() {
-    name=$1; shift
-    "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
-    lines=$(wc -l <"$tmp/err")
-    if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$lines" -eq 1 ]; then ok; else bad "$name: rc=$rc, $lines stderr lines: $(head -c 300 "$tmp/err")"; fi
-}
 
 if [ ! -f "$golden" ]; then bad "golden not found at $golden"; echo "$passed passed, $failed failed"; exit 1; fi
 
@@ -133,5 +120,4 @@ broken flat
 out=$(./dsv41 check "$golden" -m "$tmp/b_flat" | tail -n 1)
 [ "$out" = "443 passed, 0 failed" ] && ok || bad "the flat config.json form: '$out'"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

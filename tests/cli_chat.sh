@@ -2,18 +2,7 @@
 # cli_chat.sh - `dsv41 run -p` and `dsv41 chat` end to end as a person drives them: a tiny
 # synthesized checkpoint with a small byte-level tokenizer, piped stdin, a pseudo-terminal
 # with Ctrl-C during a reply, and bad input. Prints "N passed, N failed".
-cd "$(dirname "$0")/.." || exit 1
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-passed=0; failed=0
-ok() { passed=$((passed + 1)); }
-bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
-expect_error() {
-    name=$1; shift
-    "$@" >"$tmp/out" 2>"$tmp/err" </dev/null; rc=$?
-    lines=$(wc -l <"$tmp/err")
-    if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$lines" -eq 1 ]; then ok; else bad "$name: rc=$rc, $lines stderr lines: $(head -c 300 "$tmp/err")"; fi
-}
+. "$(dirname "$0")/lib.sh"
 
 # the tiny geometry with room for a byte-level vocabulary and a longer context
 python3 - models/tiny.json "$tmp/tiny.json" "$tmp/tokenizer.json" <<'PY'
@@ -114,5 +103,4 @@ expect_error "a prompt longer than the context" ./dsv41 run -m "$tmp/m" -p "$(py
 expect_error "invalid UTF-8 in the prompt" ./dsv41 run -m "$tmp/m" -p "$(printf 'bad \377 byte')"
 expect_error "a bad temperature" ./dsv41 run -m "$tmp/m" -p "hi" --temp -1
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

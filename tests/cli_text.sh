@@ -4,24 +4,10 @@
 # to a temporary folder at run time; the shared data is never copied into the repository),
 # then bad input, each of which must give one `dsv41: ...` line and a non-zero exit, never a
 # crash. Prints "N passed, N failed" and exits non-zero on any failure.
-cd "$(dirname "$0")/.." || exit 1
+. "$(dirname "$0")/lib.sh"
 data=${DSV41_SHARED:-../shared}/tokenizer
 tok=$data/deepseek-v3/tokenizer.json
 added=$data/v41_added_tokens.json
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-passed=0; failed=0
-ok() { passed=$((passed + 1)); }
-bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
-
-# expect_error NAME CMD...: non-zero exit below 128 (no signal), one stderr line starting "dsv41: "
-expect_error() {
-    name=$1; shift
-    "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
-    lines=$(wc -l <"$tmp/err")
-    if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$lines" -eq 1 ] && grep -q '^dsv41: ' "$tmp/err"; then ok
-    else bad "$name: rc=$rc, $lines stderr lines: $(head -c 300 "$tmp/err")"; fi
-}
 
 for f in "$tok" "$added" "$data/vectors.json" "$data/chat_vectors.json"; do
     if [ ! -f "$f" ]; then bad "shared data not found: $f"; echo "$passed passed, $failed failed"; exit 1; fi
@@ -120,5 +106,4 @@ expect_error "render: missing file" ./dsv41 render --chat "$tmp/none.json"
 expect_error "render: malformed JSON" ./dsv41 render --chat "$tmp/badjson.json"
 expect_error "render: invalid case" ./dsv41 render --chat "$tmp/badrole.json"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish
