@@ -1,14 +1,53 @@
-/* kernels.c - choosing the kernel set for this CPU. */
+/* kernels.c - choosing the kernel set for this CPU.
+ *
+ * x86-64 has the avx2 set (AVX2, FMA, F16C) and the avx512 set (AVX-512 F/BW/VL/DQ with VNNI
+ * and VBMI), each compiled with function-level target attributes and used only when the CPU
+ * (and the OS, for the wider registers) supports it. arm64 always has NEON. */
 #include <string.h>
 
 #include "kernels.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+
+static const kernel_set *const ALL[] = {&kernels_scalar, &kernels_avx2, &kernels_avx512};
+
+/* F16C (CPUID.1:ECX bit 29); not every compiler's __builtin_cpu_supports knows it */
+static int has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
+}
+
+/* __builtin_cpu_supports also checks that the OS saves the wider registers */
+static int supported(const kernel_set *k) {
+    __builtin_cpu_init();
+    if (k == &kernels_avx2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
+    if (k == &kernels_avx512)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi") &&
+               __builtin_cpu_supports("fma") && has_f16c();
+    return 1;
+}
+#elif defined(__aarch64__)
+static const kernel_set *const ALL[] = {&kernels_scalar, &kernels_neon};
+
+static int supported(const kernel_set *k) { (void)k; return 1; }
+#else
 static const kernel_set *const ALL[] = {&kernels_scalar};
+
+static int supported(const kernel_set *k) { (void)k; return 1; }
+#endif
 
 const kernel_set *kernels_find(const char *name) {
     for (size_t i = 0; i < sizeof ALL / sizeof *ALL; i++)
-        if (!strcmp(ALL[i]->name, name)) return ALL[i];
+        if (!strcmp(ALL[i]->name, name)) return supported(ALL[i]) ? ALL[i] : NULL;
     return NULL;
 }
 
-const kernel_set *kernels_best(void) { return &kernels_scalar; }
+/* The last supported set in ALL, which lists them from slowest to fastest. */
+const kernel_set *kernels_best(void) {
+    for (size_t i = sizeof ALL / sizeof *ALL; i-- > 0;)
+        if (supported(ALL[i])) return ALL[i];
+    return &kernels_scalar;
+}

@@ -25,6 +25,9 @@ typedef struct {
 } kernel_set;
 
 extern const kernel_set kernels_scalar;
+/* The fast sets; each is defined only where its architecture is (x86-64: avx2, avx512; arm64:
+ * neon), and kernels_find() says whether this CPU runs it. */
+extern const kernel_set kernels_avx2, kernels_avx512, kernels_neon;
 /* The best set this CPU supports, chosen once at run time. */
 const kernel_set *kernels_best(void);
 /* A set by name ("scalar", "avx2", "avx512", "neon"), NULL when absent or unsupported here. */

@@ -1,0 +1,604 @@
+/* kernels_avx2.c - the AVX2 set (AVX2, FMA, F16C), chosen at run time.
+ *
+ * The same schemes as kernels_avx512.c on 256-bit registers (see there for the arithmetic):
+ * quant fp4 turns weights into the bytes 2w+12 and inputs into three signed base-256 digits of
+ * 512x and sums exact byte products in int32 (vpmaddubsw cannot saturate here: 2 * 24 * 128 fits
+ * 16 bits); quant fp8 keeps one block per lane and splits each product exactly into an integer
+ * part (summed as bit patterns) and a remainder (summed in f32); dense uses f32 FMAs. AVX2 has
+ * no byte-masked loads, so a row's last partial vector is copied to a zeroed stack buffer.
+ * Inputs outside the exact range and NaN weight codes go to the scalar kernel. */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "numerics.h"
+
+#define TGT __attribute__((target("avx2,fma,f16c")))
+#define INL static inline __attribute__((always_inline)) TGT
+
+enum {
+    RT = 4, /* rows per tile */
+    TT = 4, /* tokens per tile, at most */
+    FP4_CHUNK = 256, /* blocks per prepared fp4 chunk (multiple of 2) */
+    FP8_CHUNK = 256, /* blocks per prepared fp8 chunk (multiple of 8) */
+};
+
+static int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* n (0..32) bytes from p, zero-filled to 32 */
+INL __m256i load_partial(const uint8_t *p, int64_t n) {
+    _Alignas(32) uint8_t buf[32] = {0};
+    if (n > 0) memcpy(buf, p, (size_t)(n < 32 ? n : 32));
+    return _mm256_load_si256((const __m256i *)buf);
+}
+
+/* n (0..8) floats from p, zero-filled to 8 */
+INL __m256 loadf_partial(const float *p, int64_t n) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    if (n <= 0) return _mm256_setzero_ps();
+    if (n >= 8) return _mm256_loadu_ps(p);
+    return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), idx));
+}
+
+INL __m256 e8m0_ps(__m256i c) {
+    __m256i v = _mm256_slli_epi32(c, 23);
+    v = _mm256_blendv_epi8(v, _mm256_set1_epi32(0x00400000), _mm256_cmpeq_epi32(c, _mm256_setzero_si256()));
+    v = _mm256_blendv_epi8(v, _mm256_set1_epi32(0x7FC00000), _mm256_cmpeq_epi32(c, _mm256_set1_epi32(255)));
+    return _mm256_castsi256_ps(v);
+}
+
+/* 8 bytes (zero past n) as 8 int32 lanes */
+INL __m256i bytes8(const uint8_t *p, int64_t n) {
+    uint64_t v = 0;
+    if (n > 0) memcpy(&v, p, (size_t)(n < 8 ? n : 8));
+    return _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)v));
+}
+
+/* per 128-bit lane: [sum of a's 4 lanes, b's, c's, d's] */
+INL __m256i treduce_epi32(__m256i a, __m256i b, __m256i c, __m256i d) {
+    __m256i ab = _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+    __m256i cd = _mm256_add_epi32(_mm256_unpacklo_epi32(c, d), _mm256_unpackhi_epi32(c, d));
+    return _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
+}
+
+INL __m128 treduce_ps(__m256 a, __m256 b, __m256 c, __m256 d) {
+    __m256 ab = _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
+    __m256 cd = _mm256_add_ps(_mm256_unpacklo_ps(c, d), _mm256_unpackhi_ps(c, d));
+    __m256 s = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(ab), _mm256_castps_pd(cd))),
+                             _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(ab), _mm256_castps_pd(cd))));
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+}
+
+/* four rows of dwords -> per 128-bit lane, out[s] = [a_s, b_s, c_s, d_s] */
+INL void transpose4(__m256i a, __m256i b, __m256i c, __m256i d, __m256i out[4]) {
+    __m256i t0 = _mm256_unpacklo_epi32(a, b), t1 = _mm256_unpackhi_epi32(a, b);
+    __m256i t2 = _mm256_unpacklo_epi32(c, d), t3 = _mm256_unpackhi_epi32(c, d);
+    out[0] = _mm256_unpacklo_epi64(t0, t2);
+    out[1] = _mm256_unpackhi_epi64(t0, t2);
+    out[2] = _mm256_unpacklo_epi64(t1, t3);
+    out[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+/* Rows per cache block of the dense kernel: with several token tiles, all of them pass over a
+ * block of rows small enough to stay in L2, so each weight byte comes from memory once. */
+static int64_t row_block(int64_t rowbytes, int64_t rows, int64_t T) {
+    if (T <= TT || rowbytes <= 0) return rows > 0 ? rows : 1;
+    int64_t rb = (384 * 1024 / rowbytes) / RT * RT;
+    return rb < RT ? RT : rb;
+}
+
+static void tile_rows(int64_t r, int nr, int64_t out[RT]) {
+    for (int i = 0; i < RT; i++) out[i] = r + (i < nr ? i : nr - 1);
+}
+
+INL void store_rows(float *y, int nr, __m128 v) {
+    _Alignas(16) float tmp[4];
+    _mm_store_ps(tmp, v);
+    for (int i = 0; i < nr; i++) y[i] = tmp[i];
+}
+
+INL __m128 load_rows(const float *y, int nr) {
+    _Alignas(16) float tmp[4] = {0};
+    for (int i = 0; i < nr; i++) tmp[i] = y[i];
+    return _mm_load_ps(tmp);
+}
+
+/* ================================================================ dense */
+
+/* 8 e4m3 bytes -> f32 values (e4m3 * 2^-8 as f16 patterns, converted exactly, times 256) */
+INL __m256 e4m3_8(__m128i b) {
+    __m128i h = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(b), 7), _mm_set1_epi16((short)0xBFFF));
+    return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
+}
+
+/* e2m1 codes in the low 4 bits of each lane -> f32 */
+INL __m256 e2m1_8(__m256i c) {
+    const __m256 mag = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+    __m256 v = _mm256_permutevar8x32_ps(mag, c);
+    __m256i sign = _mm256_and_si256(_mm256_slli_epi32(c, 28), _mm256_set1_epi32((int)0x80000000u));
+    return _mm256_or_ps(v, _mm256_castsi256_ps(sign));
+}
+
+/* One tile of rows rp[0..3] and tokens xp[0..nt-1]; returns a bit per row with a NaN e4m3 code. */
+INL int dense_tile(const dtype ty, const uint8_t *const rp[RT], const uint8_t *const sp[RT], int64_t cols, int64_t pfd,
+                   const float *const xp[TT], const int nt, __m128 out[TT]) {
+    __m256 acc[RT][TT];
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) acc[i][t] = _mm256_setzero_ps();
+    int rows_nan = 0;
+    if (ty == DT_FP4) {
+        const __m256i ie = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+        const int64_t rb = (cols + 1) / 2;
+        for (int64_t c = 0; c < cols; c += 16) { /* 16 inputs, 8 bytes per row */
+            __m256 xe[TT], xo[TT];
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                __m256 lo = _mm256_permutevar8x32_ps(loadf_partial(xp[t] + c, cols - c), ie);
+                __m256 hi = _mm256_permutevar8x32_ps(loadf_partial(xp[t] + c + 8, cols - c - 8), ie);
+                xe[t] = _mm256_permute2f128_ps(lo, hi, 0x20);
+                xo[t] = _mm256_permute2f128_ps(lo, hi, 0x31);
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) {
+                _mm_prefetch((const char *)(rp[i] + c / 2 + pfd), _MM_HINT_T0);
+                __m256i v = bytes8(rp[i] + c / 2, rb - c / 2);
+                __m256 s = _mm256_set1_ps(e8m0_to_f32(sp[i][c / 32]));
+                __m256 we = _mm256_mul_ps(e2m1_8(v), s), wo = _mm256_mul_ps(e2m1_8(_mm256_srli_epi32(v, 4)), s);
+#pragma GCC unroll 4
+                for (int t = 0; t < nt; t++) {
+                    acc[i][t] = _mm256_fmadd_ps(we, xe[t], acc[i][t]);
+                    acc[i][t] = _mm256_fmadd_ps(wo, xo[t], acc[i][t]);
+                }
+            }
+        }
+    } else {
+        __m128i nan[RT];
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) nan[i] = _mm_setzero_si128();
+        const int64_t esz = ty == DT_F32 ? 4 : ty == DT_BF16 ? 2 : 1;
+        for (int64_t c = 0; c < cols; c += 8) {
+            const int tail = cols - c < 8;
+            __m256 xv[TT];
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) xv[t] = tail ? loadf_partial(xp[t] + c, cols - c) : _mm256_loadu_ps(xp[t] + c);
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) {
+                const uint8_t *p = rp[i] + c * esz;
+                _mm_prefetch((const char *)(p + pfd), _MM_HINT_T0);
+                __m256 wv;
+                if (ty == DT_F32) {
+                    wv = tail ? loadf_partial((const float *)p, cols - c) : _mm256_loadu_ps((const float *)p);
+                } else if (ty == DT_BF16) {
+                    __m128i h = tail ? _mm256_castsi256_si128(load_partial(p, 2 * (cols - c)))
+                                     : _mm_loadu_si128((const __m128i *)p);
+                    wv = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+                } else {
+                    __m128i b =
+                        tail ? _mm256_castsi256_si128(load_partial(p, cols - c)) : _mm_loadl_epi64((const __m128i *)p);
+                    nan[i] = _mm_max_epu8(nan[i], _mm_or_si128(b, _mm_set1_epi8((char)0x80)));
+                    wv = _mm256_mul_ps(e4m3_8(b), _mm256_set1_ps(e8m0_to_f32(sp[i][c / 32])));
+                }
+#pragma GCC unroll 4
+                for (int t = 0; t < nt; t++) acc[i][t] = _mm256_fmadd_ps(wv, xv[t], acc[i][t]);
+            }
+        }
+        if (ty == DT_E4M3)
+            for (int i = 0; i < RT; i++)
+                rows_nan |= (_mm_movemask_epi8(
+                                 _mm_cmpeq_epi8(_mm_unpacklo_epi64(nan[i], nan[i]), _mm_set1_epi8((char)0xFF))) != 0)
+                            << i;
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++)
+        out[t] = t < nt ? treduce_ps(acc[0][t], acc[1][t], acc[2][t], acc[3][t]) : _mm_setzero_ps();
+    return rows_nan;
+}
+
+TGT static void avx2_dense(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
+                           int64_t xstride, float *y, int64_t ystride) {
+    const dtype ty = w->type;
+    const int64_t cols = w->cols, nb = (cols + 31) / 32;
+    int64_t rowbytes;
+    switch (ty) {
+    case DT_F32: rowbytes = 4 * cols; break;
+    case DT_BF16: rowbytes = 2 * cols; break;
+    case DT_E4M3: rowbytes = cols; break;
+    case DT_FP4: rowbytes = (cols + 1) / 2; break;
+    default: kernels_scalar.dense(w, r0, r1, x, xs, T, xstride, y, ystride); return;
+    }
+    const int64_t rblock = row_block(rowbytes, r1 - r0, T);
+    for (int64_t rb = r0; rb < r1; rb += rblock) {
+        const int64_t rb1 = imin(r1, rb + rblock);
+        for (int64_t t0 = 0; t0 < T; t0 += TT) {
+            const int nt = (int)imin(TT, T - t0);
+            const float *xp[TT];
+            for (int t = 0; t < TT; t++) xp[t] = x + (t0 + (t < nt ? t : 0)) * xstride;
+            for (int64_t r = rb; r < rb1; r += RT) {
+                const int nr = (int)imin(RT, rb1 - r);
+                int64_t ri[RT];
+                tile_rows(r, nr, ri);
+                const uint8_t *rp[RT], *sp[RT];
+                for (int i = 0; i < RT; i++) {
+                    rp[i] = (const uint8_t *)w->data + ri[i] * rowbytes;
+                    sp[i] = w->scale ? w->scale + (ri[i] / w->scale_rows) * nb : NULL;
+                }
+                __m128 out[TT];
+                int nan = 0;
+#define DENSE_CASE(TY)                                                             \
+    switch (nt) {                                                                  \
+    case 1: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 1, out); break;  \
+    case 2: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 2, out); break;  \
+    case 3: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 3, out); break;  \
+    default: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 4, out); break; \
+    }
+                switch (ty) {
+                case DT_F32: DENSE_CASE(DT_F32); break;
+                case DT_BF16: DENSE_CASE(DT_BF16); break;
+                case DT_E4M3: DENSE_CASE(DT_E4M3); break;
+                default: DENSE_CASE(DT_FP4); break;
+                }
+#undef DENSE_CASE
+                for (int t = 0; t < nt; t++) store_rows(y + (t0 + t) * ystride + (r - r0), nr, out[t]);
+                for (int i = 0; i < nr; i++) /* a row with a NaN code: the reference's element-wise path */
+                    if (nan >> i & 1)
+                        kernels_scalar.dense(w, r + i, r + i + 1, x + t0 * xstride, xs, nt, xstride,
+                                             y + t0 * ystride + (r + i - r0), ystride);
+            }
+        }
+    }
+}
+
+/* ================================================================ quant, fp4 */
+
+/* one token's prepared input per group of 2 blocks (64 inputs, 32 weight bytes): the digits
+ * of k = 512x, high first, as [even inputs][odd inputs]; 12 sum(k) and the input scale of
+ * each block as 8 lanes, lane 4q+i for block q of the group */
+typedef struct {
+    _Alignas(32) int8_t dig[FP4_CHUNK / 2][6][32];
+    int32_t c[FP4_CHUNK / 2][8];
+    float xs[FP4_CHUNK / 2][8];
+} fp4_prep;
+
+/* fp8 (see the fp8 section): [superblock][half][dword][byte][lane] = 2^112 x, and the input
+ * scales in lane order */
+typedef struct {
+    _Alignas(32) float x[FP8_CHUNK / 8][2][4][4][8]; /* [superblock][half][dword][byte][lane] */
+    float xs[FP8_CHUNK / 8][8];
+} fp8_prep;
+
+/* one token's prepared input, of either kind */
+typedef union {
+    fp4_prep p4;
+    fp8_prep p8;
+} prep_u;
+
+/* clang-format off */
+static const uint8_t FP4_LUT[32] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+                                    12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+/* clang-format on */
+
+/* 8 inputs as k = 512x; clears *ok unless each is an integer k with |k| <= 2^21 */
+INL __m256i to_k(__m256 v, __m256i *bad) {
+    __m256 f = _mm256_mul_ps(v, _mm256_set1_ps(512.0f));
+    __m256i k = _mm256_cvtps_epi32(f);
+    __m256i b = _mm256_castps_si256(_mm256_cmp_ps(_mm256_cvtepi32_ps(k), f, _CMP_NEQ_UQ));
+    b = _mm256_or_si256(b, _mm256_cmpgt_epi32(_mm256_abs_epi32(k), _mm256_set1_epi32(1 << 21)));
+    b = _mm256_or_si256(b, _mm256_cmpeq_epi32(k, _mm256_set1_epi32(INT32_MIN)));
+    *bad = _mm256_or_si256(*bad, b);
+    return k;
+}
+
+/* 8 int32 lanes -> 8 bytes at p (truncating) */
+INL void store8(int8_t *p, __m256i v) {
+    const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12, -1,
+                                          -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    __m256i b = _mm256_shuffle_epi8(v, pick);
+    int32_t lo = _mm_cvtsi128_si32(_mm256_castsi256_si128(b)), hi = _mm_cvtsi128_si32(_mm256_extracti128_si256(b, 1));
+    memcpy(p, &lo, 4);
+    memcpy(p + 4, &hi, 4);
+}
+
+INL void to_digits(__m256i k, int8_t *d2, int8_t *d1, int8_t *d0) {
+    const __m256i h = _mm256_set1_epi32(128);
+    __m256i k1 = _mm256_srai_epi32(_mm256_add_epi32(k, h), 8);
+    __m256i k2 = _mm256_srai_epi32(_mm256_add_epi32(k1, h), 8);
+    store8(d0, _mm256_sub_epi32(k, _mm256_slli_epi32(k1, 8)));
+    store8(d1, _mm256_sub_epi32(k1, _mm256_slli_epi32(k2, 8)));
+    store8(d2, k2);
+}
+
+INL int32_t hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+INL int fp4_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0, int64_t nblk, fp4_prep *p) {
+    const __m256i ie = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    __m256i bad = _mm256_setzero_si256();
+    for (int64_t g = 0; g < (nblk + 1) / 2; g++) {
+        int32_t cq[2];
+        float sq[2];
+        for (int q = 0; q < 2; q++) {
+            int64_t b = b0 + 2 * g + q, c = 32 * b;
+            __m256i ke[2], ko[2];
+            for (int h = 0; h < 2; h++) { /* 16 inputs -> 8 even, 8 odd */
+                __m256 lo = _mm256_permutevar8x32_ps(loadf_partial(xt + c + 16 * h, cols - c - 16 * h), ie);
+                __m256 hi = _mm256_permutevar8x32_ps(loadf_partial(xt + c + 16 * h + 8, cols - c - 16 * h - 8), ie);
+                ke[h] = to_k(_mm256_permute2f128_ps(lo, hi, 0x20), &bad);
+                ko[h] = to_k(_mm256_permute2f128_ps(lo, hi, 0x31), &bad);
+                to_digits(ke[h], &p->dig[g][0][16 * q + 8 * h], &p->dig[g][2][16 * q + 8 * h],
+                          &p->dig[g][4][16 * q + 8 * h]);
+                to_digits(ko[h], &p->dig[g][1][16 * q + 8 * h], &p->dig[g][3][16 * q + 8 * h],
+                          &p->dig[g][5][16 * q + 8 * h]);
+            }
+            cq[q] = 12 * hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(ke[0], ke[1]), _mm256_add_epi32(ko[0], ko[1])));
+            sq[q] = 2 * g + q < nblk ? xst[b] : 0.0f;
+        }
+        _mm256_store_si256((__m256i *)p->c[g],
+                           _mm256_setr_epi32(cq[0], cq[0], cq[0], cq[0], cq[1], cq[1], cq[1], cq[1]));
+        _mm256_store_ps(p->xs[g], _mm256_setr_ps(sq[0], sq[0], sq[0], sq[0], sq[1], sq[1], sq[1], sq[1]));
+    }
+    return _mm256_testz_si256(bad, bad);
+}
+
+/* Block scales of 4 rows for blocks [b0, b0+n), interleaved: out[4k + i] = row i's scale of block
+ * b0+k; out holds n rounded up to 8, times 4. */
+INL void scales4(const uint8_t *const sp[RT], int64_t b0, int64_t n, float *out) {
+    for (int64_t k = 0; k < n; k += 8) {
+        __m128i r[RT];
+        for (int i = 0; i < RT; i++) {
+            uint64_t v = 0;
+            memcpy(&v, sp[i] + b0 + k, (size_t)(n - k < 8 ? n - k : 8));
+            r[i] = _mm_cvtsi64_si128((long long)v);
+        }
+        __m128i a = _mm_unpacklo_epi16(_mm_unpacklo_epi8(r[0], r[1]), _mm_unpacklo_epi8(r[2], r[3]));
+        __m128i b = _mm_unpackhi_epi16(_mm_unpacklo_epi8(r[0], r[1]), _mm_unpacklo_epi8(r[2], r[3]));
+        _mm256_storeu_ps(out + 4 * k, e8m0_ps(_mm256_cvtepu8_epi32(a)));
+        _mm256_storeu_ps(out + 4 * k + 8, e8m0_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(a, 8))));
+        _mm256_storeu_ps(out + 4 * k + 16, e8m0_ps(_mm256_cvtepu8_epi32(b)));
+        _mm256_storeu_ps(out + 4 * k + 24, e8m0_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8))));
+    }
+}
+
+INL void fp4_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t ng, int64_t last, int64_t nblk, const prep_u *pp,
+                  const int nt, const float *ws, __m128 acc[TT]) {
+    const __m256i lut = _mm256_loadu_si256((const __m256i *)FP4_LUT), m4 = _mm256_set1_epi8(0x0F);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t g = 0; g < ng; g++) {
+        __m256i A[RT][TT];
+        const int tail = g == ng - 1 && last < 32;
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) {
+            _mm_prefetch((const char *)(rp[i] + 32 * g + pfd), _MM_HINT_T0);
+            __m256i v =
+                tail ? load_partial(rp[i] + 32 * g, last) : _mm256_loadu_si256((const __m256i *)(rp[i] + 32 * g));
+            __m256i wl = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
+            __m256i wh = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                const int8_t(*D)[32] = pp[t].p4.dig[g];
+                __m256i a[3];
+#pragma GCC unroll 3
+                for (int d = 0; d < 3; d++) {
+                    __m256i s16 =
+                        _mm256_add_epi16(_mm256_maddubs_epi16(wl, _mm256_load_si256((const __m256i *)D[2 * d])),
+                                         _mm256_maddubs_epi16(wh, _mm256_load_si256((const __m256i *)D[2 * d + 1])));
+                    a[d] = _mm256_madd_epi16(s16, ones);
+                }
+                A[i][t] =
+                    _mm256_add_epi32(_mm256_slli_epi32(_mm256_add_epi32(_mm256_slli_epi32(a[0], 8), a[1]), 8), a[2]);
+            }
+        }
+        const int64_t nq = imin(2, nblk - 2 * g);
+        const __m256 ws8 = _mm256_loadu_ps(ws + 8 * g);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            __m256i u = _mm256_sub_epi32(treduce_epi32(A[0][t], A[1][t], A[2][t], A[3][t]),
+                                         _mm256_load_si256((const __m256i *)pp[t].p4.c[g]));
+            __m256 part = _mm256_mul_ps(_mm256_cvtepi32_ps(u), _mm256_set1_ps(0x1p-10f));
+            __m256 p = _mm256_mul_ps(_mm256_mul_ps(part, _mm256_load_ps(pp[t].p4.xs[g])), ws8);
+            acc[t] = _mm_add_ps(acc[t], _mm256_castps256_ps128(p));
+            if (nq > 1) acc[t] = _mm_add_ps(acc[t], _mm256_extractf128_ps(p, 1));
+        }
+    }
+}
+
+/* ================================================================ quant, fp8
+ * A superblock is 8 blocks (one 32-byte load each); an in-lane 4x4 transpose of 4 loads gives
+ * vectors whose dword lanes each stay in one half-block. Decoding and the exact split are those
+ * of kernels_avx512.c: f = e4m3 * 2^-120 as an f32 pattern, x prepared as 2^112 x, t = fma(f, x, M),
+ * h = t - M, l = fma(f, x, -h), block sum = sum(bits t - bits M) + 256 sum(l). */
+
+INL int fp8_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0, int64_t nblk, fp8_prep *p) {
+    __m256i bad = _mm256_setzero_si256();
+    _Alignas(32) float tmp[256];
+    for (int64_t sb = 0; sb < (nblk + 7) / 8; sb++) {
+        const int64_t base = 32 * (b0 + 8 * sb);
+        for (int k = 0; k < 32; k++) {
+            __m256 v = loadf_partial(xt + base + 8 * k, cols - base - 8 * k);
+            __m256 f = _mm256_mul_ps(v, _mm256_set1_ps(512.0f));
+            __m256i kk = _mm256_cvtps_epi32(f);
+            __m256i b = _mm256_castps_si256(_mm256_cmp_ps(_mm256_cvtepi32_ps(kk), f, _CMP_NEQ_UQ));
+            b = _mm256_or_si256(b, _mm256_cmpgt_epi32(_mm256_abs_epi32(kk), _mm256_set1_epi32(1 << 18)));
+            bad = _mm256_or_si256(bad, _mm256_or_si256(b, _mm256_cmpeq_epi32(kk, _mm256_set1_epi32(INT32_MIN))));
+            _mm256_store_ps(tmp + 8 * k, _mm256_mul_ps(v, _mm256_set1_ps(0x1p112f)));
+        }
+        /* element 32(4G+m) + 16L + 4s + q goes to [G][s][q][4L+m] */
+        float *dst = &p->x[sb][0][0][0][0];
+        for (int G = 0; G < 2; G++)
+            for (int m = 0; m < 4; m++)
+                for (int L = 0; L < 2; L++)
+                    for (int sq = 0; sq < 16; sq++)
+                        dst[128 * G + 8 * sq + 4 * L + m] = tmp[32 * (4 * G + m) + 16 * L + sq];
+        for (int l = 0; l < 8; l++) p->xs[sb][l] = 8 * sb + l < nblk ? xst[b0 + 8 * sb + l] : 0.0f;
+    }
+    return _mm256_testz_si256(bad, bad);
+}
+
+INL void fp8_decode(__m256i u, __m256 f[4]) {
+    const __m256i mask = _mm256_set1_epi32((int)0x87F00000u);
+    __m256i a = _mm256_srai_epi16(u, 4), b = _mm256_srai_epi16(_mm256_slli_epi16(u, 8), 4);
+    f[0] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(b, 16), mask));
+    f[1] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(a, 16), mask));
+    f[2] = _mm256_castsi256_ps(_mm256_and_si256(b, mask));
+    f[3] = _mm256_castsi256_ps(_mm256_and_si256(a, mask));
+}
+
+INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_t nblk, const uint8_t *const sp[RT],
+                 const prep_u *pp, const int nt, __m128 acc[TT]) {
+    const __m256 M = _mm256_set1_ps(49152.0f);
+    const __m256i bias = _mm256_set1_epi32((int)(16u * 0x47400000u));
+    const __m256i hb = _mm256_set1_epi8((char)0x80);
+    __m256i nan = _mm256_setzero_si256();
+    for (int64_t sb = 0; sb < (nblk + 7) / 8; sb++) {
+        _Alignas(32) float P[TT][RT][8];
+        const int64_t nsb = imin(8, nblk - 8 * sb);
+        const int full = 256 * (sb + 1) <= bytes;
+        for (int i = 0; i < RT; i++) {
+            __m256i H[2][TT];
+            __m256 L[2][TT][2];
+#pragma GCC unroll 2
+            for (int G = 0; G < 2; G++) {
+                const uint8_t *row = rp[i] + 256 * sb + 128 * G;
+                __m256i z[4], u[4];
+#pragma GCC unroll 4
+                for (int m = 0; m < 4; m++) {
+                    const int64_t off = 256 * sb + 128 * G + 32 * m;
+                    _mm_prefetch((const char *)(row + 32 * m + pfd), _MM_HINT_T0);
+                    z[m] = full ? _mm256_loadu_si256((const __m256i *)(row + 32 * m))
+                                : load_partial(row + 32 * m, bytes - off);
+                    nan = _mm256_max_epu8(nan, _mm256_or_si256(z[m], hb));
+                }
+                transpose4(z[0], z[1], z[2], z[3], u);
+#pragma GCC unroll 4
+                for (int t = 0; t < nt; t++) {
+                    H[G][t] = _mm256_setzero_si256();
+                    L[G][t][0] = L[G][t][1] = _mm256_setzero_ps();
+                }
+#pragma GCC unroll 4
+                for (int s = 0; s < 4; s++) {
+                    __m256 f[4];
+                    fp8_decode(u[s], f);
+#pragma GCC unroll 4
+                    for (int q = 0; q < 4; q++)
+#pragma GCC unroll 4
+                        for (int t = 0; t < nt; t++) {
+                            const __m256 X = _mm256_load_ps(pp[t].p8.x[sb][G][s][q]);
+                            __m256 tt = _mm256_fmadd_ps(f[q], X, M);
+                            __m256 l = _mm256_fmsub_ps(f[q], X, _mm256_sub_ps(tt, M));
+                            H[G][t] = _mm256_add_epi32(H[G][t], _mm256_castps_si256(tt));
+                            L[G][t][q & 1] = _mm256_add_ps(L[G][t][q & 1], l);
+                        }
+                }
+            }
+            __m256 ws = e8m0_ps(bytes8(sp[i] + 8 * sb, nsb));
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                /* lanes 4L+m: half L of block 4G+m; add the halves, then G=0 | G=1 */
+                __m256i h0 = _mm256_sub_epi32(H[0][t], bias), h1 = _mm256_sub_epi32(H[1][t], bias);
+                __m256 l0 = _mm256_add_ps(L[0][t][0], L[0][t][1]), l1 = _mm256_add_ps(L[1][t][0], L[1][t][1]);
+                __m256i hh =
+                    _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20), _mm256_permute2x128_si256(h0, h1, 0x31));
+                __m256 ll = _mm256_add_ps(_mm256_permute2f128_ps(l0, l1, 0x20), _mm256_permute2f128_ps(l0, l1, 0x31));
+                __m256 part = _mm256_add_ps(_mm256_cvtepi32_ps(hh), _mm256_mul_ps(ll, _mm256_set1_ps(256.0f)));
+                _mm256_store_ps(P[t][i], _mm256_mul_ps(_mm256_mul_ps(part, _mm256_load_ps(pp[t].p8.xs[sb])), ws));
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            __m256i q[4];
+            transpose4(_mm256_load_si256((const __m256i *)P[t][0]), _mm256_load_si256((const __m256i *)P[t][1]),
+                       _mm256_load_si256((const __m256i *)P[t][2]), _mm256_load_si256((const __m256i *)P[t][3]), q);
+            /* block b: the 4 rows in 128-bit lane b/4 of q[b%4] */
+            for (int b = 0; b < nsb; b++) {
+                __m256 v = _mm256_castsi256_ps(q[b & 3]);
+                acc[t] = _mm_add_ps(acc[t], b < 4 ? _mm256_castps256_ps128(v) : _mm256_extractf128_ps(v, 1));
+            }
+        }
+    }
+    return _mm256_movemask_epi8(_mm256_cmpeq_epi8(nan, _mm256_set1_epi8((char)0xFF))) == 0;
+}
+
+/* ================================================================ quant driver */
+
+TGT static void avx2_quant(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
+                           int64_t xstride, float *y, int64_t ystride) {
+    const int fp4 = w->type == DT_FP4;
+    /* the fp8 path computes with subnormal f32 patterns, which denormals-are-zero would flush */
+    if ((!fp4 && w->type != DT_E4M3) || !w->scale || w->cols == 0 || (!fp4 && (_mm_getcsr() & 0x0040))) {
+        kernels_scalar.quant(w, r0, r1, x, xs, T, xstride, y, ystride);
+        return;
+    }
+    const int64_t cols = w->cols, nb = (cols + 31) / 32, rowbytes = fp4 ? (cols + 1) / 2 : cols;
+    const int64_t chunk = fp4 ? FP4_CHUNK : FP8_CHUNK, bpb = fp4 ? 16 : 32, pfd = RT * rowbytes;
+    prep_u prep[T < TT ? (T > 0 ? T : 1) : TT]; /* on the stack: about 33 KB per token of a tile */
+    _Alignas(32) float ws[FP4_CHUNK * 4];
+    for (int64_t b0 = 0; b0 < nb; b0 += chunk) {
+        const int64_t nblk = imin(chunk, nb - b0);
+        const int64_t bytes = imin(rowbytes - bpb * b0, bpb * nblk);
+        /* one row block: the quant kernels do enough work per weight byte that re-reading the rows
+         * for each token tile costs less than preparing the inputs again per block */
+        const int64_t rblock = r1 > r0 ? r1 - r0 : 1;
+        for (int64_t rb = r0; rb < r1; rb += rblock) {
+            const int64_t rb1 = imin(r1, rb + rblock);
+            for (int64_t t0 = 0; t0 < T; t0 += TT) {
+                const int nt = (int)imin(TT, T - t0);
+                for (int t = 0; t < nt; t++) {
+                    const float *xt = x + (t0 + t) * xstride, *xst = xs + (t0 + t) * nb;
+                    int ok = fp4 ? fp4_prepare(xt, xst, cols, b0, nblk, &prep[t].p4)
+                                 : fp8_prepare(xt, xst, cols, b0, nblk, &prep[t].p8);
+                    if (!ok) {
+                        kernels_scalar.quant(w, r0, r1, x, xs, T, xstride, y, ystride);
+                        return;
+                    }
+                }
+                for (int64_t r = rb; r < rb1; r += RT) {
+                    const int nr = (int)imin(RT, rb1 - r);
+                    int64_t ri[RT];
+                    tile_rows(r, nr, ri);
+                    const uint8_t *rp[RT], *sp[RT];
+                    for (int i = 0; i < RT; i++) {
+                        rp[i] = (const uint8_t *)w->data + ri[i] * rowbytes + bpb * b0;
+                        sp[i] = w->scale + (ri[i] / w->scale_rows) * nb + (fp4 ? 0 : b0);
+                    }
+                    __m128 acc[TT] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
+                    for (int t = 0; t < nt; t++)
+                        if (b0 > 0) acc[t] = load_rows(y + (t0 + t) * ystride + (r - r0), nr);
+                    int ok = 1;
+                    if (fp4) {
+                        scales4(sp, b0, nblk, ws);
+                        const int64_t ng = (nblk + 1) / 2, last = bytes - 32 * (ng - 1);
+                        switch (nt) {
+                        case 1: fp4_tile(rp, pfd, ng, last, nblk, prep, 1, ws, acc); break;
+                        case 2: fp4_tile(rp, pfd, ng, last, nblk, prep, 2, ws, acc); break;
+                        case 3: fp4_tile(rp, pfd, ng, last, nblk, prep, 3, ws, acc); break;
+                        default: fp4_tile(rp, pfd, ng, last, nblk, prep, 4, ws, acc); break;
+                        }
+                    } else {
+                        switch (nt) {
+                        case 1: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 1, acc); break;
+                        case 2: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 2, acc); break;
+                        case 3: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 3, acc); break;
+                        default: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 4, acc); break;
+                        }
+                    }
+                    if (!ok) { /* a NaN weight code */
+                        kernels_scalar.quant(w, r0, r1, x, xs, T, xstride, y, ystride);
+                        return;
+                    }
+                    for (int t = 0; t < nt; t++) store_rows(y + (t0 + t) * ystride + (r - r0), nr, acc[t]);
+                }
+            }
+        }
+    }
+}
+
+const kernel_set kernels_avx2 = {"avx2", avx2_dense, avx2_quant};
+
+#endif

@@ -1,0 +1,705 @@
+/* kernels_avx512.c - the AVX-512 set (F, BW, VL, DQ with VNNI and VBMI), chosen at run time.
+ *
+ * Every weight is read in its stored width and decoded in registers. Tiles are 4 rows by up to
+ * 4 tokens, so each decoded weight vector serves several tokens and each input vector 4 rows;
+ * each tile prefetches the same bytes of the next tile's rows. Nothing is allocated: inputs are
+ * prepared per call on the stack (about 33 KB per token of a tile, chunks of 8192 inputs).
+ *
+ * quant, fp4: an e2m1 weight w becomes the byte 2w+12 (0..24) by a VBMI lookup; an input x (an
+ * e4m3 value) becomes the integer k = 512x, kept as three signed base-256 digits prepared once
+ * per call. VNNI byte dot products, one short chain per digit joined by shifts, give
+ * sum((2w+12) k) over each block exactly in int32; subtracting 12 sum(k) leaves 1024 times the
+ * block's exact sum, which one int -> f32 conversion rounds once, as the reference's f64 sum
+ * rounded to f32.
+ * quant, fp8: lanes hold blocks; each product is split exactly into two f32 parts whose block
+ * sums are exact (see the fp8 section).
+ * Both: inputs outside the exact range (not k/512 with |k| <= 2^21 for fp4, |k| <= 2^18 for
+ * fp8) and NaN weight codes hand the whole call to the scalar kernel, which gives the same bits.
+ * dense: f32 FMAs, 16 lanes per row and token, reduced once per row (the order of a row's sum
+ * does not depend on the tile or the token count, so results do not depend on row splits). */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "kernels.h"
+#include "numerics.h"
+
+#define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c")))
+#define INL static inline __attribute__((always_inline)) TGT
+
+enum {
+    RT = 4, /* rows per tile */
+    TT = 4, /* tokens per tile, at most */
+    FP4_CHUNK = 256, /* blocks of 32 per prepared fp4 chunk (multiple of 4): 8192 inputs */
+    FP8_CHUNK = 256, /* blocks of 32 per prepared fp8 chunk (multiple of 16): 8192 inputs */
+};
+
+static int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+INL __mmask16 mask16(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
+INL __mmask64 mask64(int64_t n) { return n >= 64 ? ~0ull : n <= 0 ? 0 : (__mmask64)((1ull << n) - 1); }
+
+/* e8m0 codes (one per int32 lane) as f32, as e8m0_to_f32 */
+INL __m512 e8m0_ps(__m512i c) {
+    __m512i v = _mm512_slli_epi32(c, 23);
+    v = _mm512_mask_mov_epi32(v, _mm512_cmpeq_epi32_mask(c, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000));
+    v = _mm512_mask_mov_epi32(v, _mm512_cmpeq_epi32_mask(c, _mm512_set1_epi32(255)), _mm512_set1_epi32(0x7FC00000));
+    return _mm512_castsi512_ps(v);
+}
+
+/* Block scales of 4 rows for blocks [b0, b0+n), interleaved: out[4k+i] = row i's scale of block
+ * b0+k. sp[i] points at row i's scale row; out holds n rounded up to 16, times 4. */
+INL void scales4(const uint8_t *const sp[RT], int64_t b0, int64_t n, float *out) {
+    for (int64_t k = 0; k < n; k += 16) {
+        __mmask16 m = mask16(n - k);
+        __m128i r0 = _mm_maskz_loadu_epi8(m, sp[0] + b0 + k), r1 = _mm_maskz_loadu_epi8(m, sp[1] + b0 + k);
+        __m128i r2 = _mm_maskz_loadu_epi8(m, sp[2] + b0 + k), r3 = _mm_maskz_loadu_epi8(m, sp[3] + b0 + k);
+        __m128i a = _mm_unpacklo_epi8(r0, r1), b = _mm_unpacklo_epi8(r2, r3);
+        __m128i c = _mm_unpackhi_epi8(r0, r1), d = _mm_unpackhi_epi8(r2, r3);
+        _mm512_storeu_ps(out + 4 * k, e8m0_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi16(a, b))));
+        _mm512_storeu_ps(out + 4 * k + 16, e8m0_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi16(a, b))));
+        _mm512_storeu_ps(out + 4 * k + 32, e8m0_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi16(c, d))));
+        _mm512_storeu_ps(out + 4 * k + 48, e8m0_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi16(c, d))));
+    }
+}
+
+/* Per 128-bit lane q: [sum of a's 4 lanes, b's, c's, d's] */
+INL __m512i treduce_epi32(__m512i a, __m512i b, __m512i c, __m512i d) {
+    __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+    __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+}
+
+/* [sum of a's 16 lanes, b's, c's, d's] */
+INL __m128 treduce_ps(__m512 a, __m512 b, __m512 c, __m512 d) {
+    __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+    __m256 b8 = _mm256_add_ps(_mm512_castps512_ps256(b), _mm512_extractf32x8_ps(b, 1));
+    __m256 c8 = _mm256_add_ps(_mm512_castps512_ps256(c), _mm512_extractf32x8_ps(c, 1));
+    __m256 d8 = _mm256_add_ps(_mm512_castps512_ps256(d), _mm512_extractf32x8_ps(d, 1));
+    __m256 ab = _mm256_add_ps(_mm256_unpacklo_ps(a8, b8), _mm256_unpackhi_ps(a8, b8));
+    __m256 cd = _mm256_add_ps(_mm256_unpacklo_ps(c8, d8), _mm256_unpackhi_ps(c8, d8));
+    __m256 s = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(ab), _mm256_castps_pd(cd))),
+                             _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(ab), _mm256_castps_pd(cd))));
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+}
+
+/* Rows per cache block of the dense kernel: with several token tiles, all of them pass over a
+ * block of rows small enough to stay in L2, so each weight byte comes from memory once. */
+static int64_t row_block(int64_t rowbytes, int64_t rows, int64_t T) {
+    if (T <= TT || rowbytes <= 0) return rows > 0 ? rows : 1;
+    int64_t rb = (384 * 1024 / rowbytes) / RT * RT;
+    return rb < RT ? RT : rb;
+}
+
+/* Rows r..r+RT-1 clamped to the last valid one (a short tile repeats it and stores less). */
+static void tile_rows(int64_t r, int nr, int64_t out[RT]) {
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++) out[i] = r + (i < nr ? i : nr - 1);
+}
+
+/* e4m3 bytes -> f16 patterns of value * 2^-8: sign to bit 15, the other 7 bits to 13..7 */
+INL __m256i e4m3_f16(__m128i v) {
+    return _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(v), 7), _mm256_set1_epi16((short)0xBFFF));
+}
+
+/* ================================================================ dense */
+
+/* One tile: rows rp[0..3] (pointers at the row start), tokens xp[0..nt-1]. Weights of type ty
+ * (F32, BF16, E4M3 or FP4 with block scales from sp[i]). Returns a bit per row that holds a NaN
+ * e4m3 code (the f16 decoding has no NaN; the caller hands such rows to the scalar kernel). */
+INL int dense_tile(const dtype ty, const uint8_t *const rp[RT], const uint8_t *const sp[RT], int64_t cols, int64_t pfd,
+                   const float *const xp[TT], const int nt, __m128 out[TT]) {
+    __m512 acc[RT][TT];
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) acc[i][t] = _mm512_setzero_ps();
+    __m128i nan[RT];
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++) nan[i] = _mm_setzero_si128();
+    if (ty == DT_FP4) {
+        const __m512 lut = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f,
+                                          -2.0f, -3.0f, -4.0f, -6.0f);
+        const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+        const int64_t rb = (cols + 1) / 2;
+        for (int64_t c = 0; c < cols; c += 32) {
+            __m512 xe[TT], xo[TT];
+            __mmask16 mx0 = mask16(cols - c), mx1 = mask16(cols - c - 16), mw = mask16(rb - c / 2);
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                __m512 lo = _mm512_maskz_loadu_ps(mx0, xp[t] + c), hi = _mm512_maskz_loadu_ps(mx1, xp[t] + c + 16);
+                xe[t] = _mm512_permutex2var_ps(lo, ie, hi);
+                xo[t] = _mm512_permutex2var_ps(lo, io, hi);
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) {
+                _mm_prefetch((const char *)(rp[i] + c / 2 + pfd), _MM_HINT_T0);
+                __m512i v = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mw, rp[i] + c / 2));
+                __m512 s = _mm512_set1_ps(e8m0_to_f32(sp[i][c / 32]));
+                __m512 we = _mm512_mul_ps(_mm512_permutexvar_ps(v, lut), s);
+                __m512 wo = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut), s);
+#pragma GCC unroll 4
+                for (int t = 0; t < nt; t++) {
+                    acc[i][t] = _mm512_fmadd_ps(we, xe[t], acc[i][t]);
+                    acc[i][t] = _mm512_fmadd_ps(wo, xo[t], acc[i][t]);
+                }
+            }
+        }
+    } else {
+        for (int64_t c = 0; c < cols; c += 16) {
+            const int tail = cols - c < 16;
+            __mmask16 m = mask16(cols - c);
+            __m512 xv[TT];
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++)
+                xv[t] = tail ? _mm512_maskz_loadu_ps(m, xp[t] + c) : _mm512_loadu_ps(xp[t] + c);
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) {
+                __m512 wv;
+                _mm_prefetch((const char *)(rp[i] + c * (ty == DT_F32 ? 4 : ty == DT_BF16 ? 2 : 1) + pfd), _MM_HINT_T0);
+                if (ty == DT_F32) {
+                    const float *p = (const float *)rp[i] + c;
+                    wv = tail ? _mm512_maskz_loadu_ps(m, p) : _mm512_loadu_ps(p);
+                } else if (ty == DT_BF16) {
+                    const uint16_t *p = (const uint16_t *)rp[i] + c;
+                    __m256i h = tail ? _mm256_maskz_loadu_epi16(m, p) : _mm256_loadu_si256((const __m256i *)p);
+                    wv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+                } else {
+                    const uint8_t *p = rp[i] + c;
+                    __m128i b = tail ? _mm_maskz_loadu_epi8(m, p) : _mm_loadu_si128((const __m128i *)p);
+                    nan[i] = _mm_max_epu8(nan[i], _mm_or_si128(b, _mm_set1_epi8((char)0x80)));
+                    wv = _mm512_mul_ps(_mm512_cvtph_ps(e4m3_f16(b)), _mm512_set1_ps(256.0f));
+                    wv = _mm512_mul_ps(wv, _mm512_set1_ps(e8m0_to_f32(sp[i][c / 32])));
+                }
+#pragma GCC unroll 4
+                for (int t = 0; t < nt; t++) acc[i][t] = _mm512_fmadd_ps(wv, xv[t], acc[i][t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++)
+        out[t] = t < nt ? treduce_ps(acc[0][t], acc[1][t], acc[2][t], acc[3][t]) : _mm_setzero_ps();
+    int rows_nan = 0;
+    if (ty == DT_E4M3)
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) rows_nan |= (_mm_cmpeq_epi8_mask(nan[i], _mm_set1_epi8((char)0xFF)) != 0) << i;
+    return rows_nan;
+}
+
+TGT static void avx512_dense(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
+                             int64_t xstride, float *y, int64_t ystride) {
+    const dtype ty = w->type;
+    const int64_t cols = w->cols, nb = (cols + 31) / 32;
+    int64_t esz;
+    switch (ty) {
+    case DT_F32: esz = 4; break;
+    case DT_BF16: esz = 2; break;
+    case DT_E4M3: esz = 1; break;
+    case DT_FP4: esz = 0; break;
+    default: kernels_scalar.dense(w, r0, r1, x, xs, T, xstride, y, ystride); return;
+    }
+    const int64_t rowbytes = esz ? cols * esz : (cols + 1) / 2;
+    const int64_t rblock = row_block(rowbytes, r1 - r0, T);
+    for (int64_t rb = r0; rb < r1; rb += rblock) {
+        const int64_t rb1 = imin(r1, rb + rblock);
+        for (int64_t t0 = 0; t0 < T; t0 += TT) {
+            const int nt = (int)imin(TT, T - t0);
+            const float *xp[TT];
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++) xp[t] = x + (t0 + (t < nt ? t : 0)) * xstride;
+            for (int64_t r = rb; r < rb1; r += RT) {
+                const int nr = (int)imin(RT, rb1 - r);
+                int64_t ri[RT];
+                tile_rows(r, nr, ri);
+                const uint8_t *rp[RT], *sp[RT];
+#pragma GCC unroll 4
+                for (int i = 0; i < RT; i++) {
+                    rp[i] = (const uint8_t *)w->data + ri[i] * rowbytes;
+                    sp[i] = w->scale ? w->scale + (ri[i] / w->scale_rows) * nb : NULL;
+                }
+                __m128 out[TT];
+                int nan = 0;
+#define DENSE_CASE(TY)                                                             \
+    switch (nt) {                                                                  \
+    case 1: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 1, out); break;  \
+    case 2: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 2, out); break;  \
+    case 3: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 3, out); break;  \
+    default: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 4, out); break; \
+    }
+                switch (ty) {
+                case DT_F32: DENSE_CASE(DT_F32); break;
+                case DT_BF16: DENSE_CASE(DT_BF16); break;
+                case DT_E4M3: DENSE_CASE(DT_E4M3); break;
+                default: DENSE_CASE(DT_FP4); break;
+                }
+#undef DENSE_CASE
+#pragma GCC unroll 4
+                for (int t = 0; t < nt; t++) _mm_mask_storeu_ps(y + (t0 + t) * ystride + (r - r0), mask16(nr), out[t]);
+                for (int i = 0; i < nr; i++) /* a row with a NaN code: the reference's element-wise path */
+                    if (nan >> i & 1)
+                        kernels_scalar.dense(w, r + i, r + i + 1, x + t0 * xstride, xs, nt, xstride,
+                                             y + t0 * ystride + (r + i - r0), ystride);
+            }
+        }
+    }
+}
+
+/* ================================================================ quant, fp4 */
+
+/* 2w+12 for each e2m1 code w, repeated over the 64 entries VBMI indexes */
+/* clang-format off */
+static const uint8_t FP4_LUT[64] = {
+    12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+    12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+};
+/* clang-format on */
+
+/* One token's input prepared for a chunk, per group of 4 blocks (128 inputs, 64 weight bytes):
+ * dig: the digits of k = 512x, high digit first, each as [even inputs][odd inputs] in the order of
+ * the weight bytes' low and high nibbles; c: 12 sum(k) of each block; xs: the input scales;
+ * c and xs as 16 lanes, lane 4q+i for block q of the group (i: the tile's row). */
+typedef struct {
+    _Alignas(64) int8_t dig[FP4_CHUNK / 4][6][64];
+    int32_t c[FP4_CHUNK / 4][16];
+    float xs[FP4_CHUNK / 4][16];
+} fp4_prep;
+
+/* fp8 (see the fp8 section): [superblock][half][dword][byte][lane] = 2^112 x, and the input
+ * scales in lane order */
+typedef struct {
+    _Alignas(64) float x[FP8_CHUNK / 16][2][4][4][16]; /* [superblock][half][dword][byte][lane] = 2^112 x */
+    float xs[FP8_CHUNK / 16][16]; /* input scales, lane order */
+} fp8_prep;
+
+/* one token's prepared input, of either kind */
+typedef union {
+    fp4_prep p4;
+    fp8_prep p8;
+} prep_u;
+
+/* 16 inputs as k = 512x; clears *ok when one is not an integer k with |k| <= 2^21 */
+INL __m512i to_k(__m512 v, __mmask16 *ok) {
+    __m512 f = _mm512_mul_ps(v, _mm512_set1_ps(512.0f));
+    __m512i k = _mm512_cvtps_epi32(f);
+    *ok &= _mm512_cmp_ps_mask(_mm512_cvtepi32_ps(k), f, _CMP_EQ_OQ) &
+           _mm512_cmple_epu32_mask(_mm512_abs_epi32(k), _mm512_set1_epi32(1 << 21));
+    return k;
+}
+
+/* k = d2 * 65536 + d1 * 256 + d0 with every digit in [-128, 127] */
+INL void to_digits(__m512i k, int8_t *d2, int8_t *d1, int8_t *d0) {
+    const __m512i h = _mm512_set1_epi32(128);
+    __m512i k1 = _mm512_srai_epi32(_mm512_add_epi32(k, h), 8);
+    __m512i k2 = _mm512_srai_epi32(_mm512_add_epi32(k1, h), 8);
+    _mm_storeu_si128((__m128i *)d0, _mm512_cvtepi32_epi8(_mm512_sub_epi32(k, _mm512_slli_epi32(k1, 8))));
+    _mm_storeu_si128((__m128i *)d1, _mm512_cvtepi32_epi8(_mm512_sub_epi32(k1, _mm512_slli_epi32(k2, 8))));
+    _mm_storeu_si128((__m128i *)d2, _mm512_cvtepi32_epi8(k2));
+}
+
+/* Prepares blocks [b0, b0+nblk) of one token. Returns 0 when an input is out of the exact range. */
+INL int fp4_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0, int64_t nblk, fp4_prep *p) {
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    __mmask16 ok = 0xFFFF;
+    for (int64_t g = 0; g < (nblk + 3) / 4; g++) {
+        int32_t cq[4];
+        float sq[4];
+        for (int q = 0; q < 4; q++) {
+            int64_t b = b0 + 4 * g + q, c = b * 32;
+            __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
+            if (c < cols) {
+                lo = _mm512_maskz_loadu_ps(mask16(cols - c), xt + c);
+                hi = _mm512_maskz_loadu_ps(mask16(cols - c - 16), xt + c + 16);
+            }
+            __m512i ke = to_k(_mm512_permutex2var_ps(lo, ie, hi), &ok);
+            __m512i ko = to_k(_mm512_permutex2var_ps(lo, io, hi), &ok);
+            to_digits(ke, &p->dig[g][0][16 * q], &p->dig[g][2][16 * q], &p->dig[g][4][16 * q]);
+            to_digits(ko, &p->dig[g][1][16 * q], &p->dig[g][3][16 * q], &p->dig[g][5][16 * q]);
+            cq[q] = 12 * _mm512_reduce_add_epi32(_mm512_add_epi32(ke, ko));
+            sq[q] = 4 * g + q < nblk ? xst[b] : 0.0f;
+        }
+        _mm512_storeu_si512(p->c[g], _mm512_setr_epi32(cq[0], cq[0], cq[0], cq[0], cq[1], cq[1], cq[1], cq[1], cq[2],
+                                                       cq[2], cq[2], cq[2], cq[3], cq[3], cq[3], cq[3]));
+        _mm512_storeu_ps(p->xs[g], _mm512_setr_ps(sq[0], sq[0], sq[0], sq[0], sq[1], sq[1], sq[1], sq[1], sq[2], sq[2],
+                                                  sq[2], sq[2], sq[3], sq[3], sq[3], sq[3]));
+    }
+    return ok == 0xFFFF;
+}
+
+/* One tile over a chunk: rp[i] at the chunk's first byte of row i, ng groups, the last one with
+ * `last` valid bytes (1..64), nblk blocks; ws from scales4. acc[t] holds the 4 rows' sums. */
+INL void fp4_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t ng, int64_t last, int64_t nblk, const prep_u *pp,
+                  const int nt, const float *ws, __m128 acc[TT]) {
+    const __m512i lut = _mm512_loadu_si512(FP4_LUT);
+    for (int64_t g = 0; g < ng; g++) {
+        __m512i A[RT][TT];
+        const int tail = g == ng - 1 && last < 64;
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) {
+            _mm_prefetch((const char *)(rp[i] + 64 * g + pfd), _MM_HINT_T0); /* the next tile's rows */
+            __m512i v =
+                tail ? _mm512_maskz_loadu_epi8(mask64(last), rp[i] + 64 * g) : _mm512_loadu_si512(rp[i] + 64 * g);
+            __m512i wl = _mm512_permutexvar_epi8(v, lut);
+            __m512i wh = _mm512_permutexvar_epi8(_mm512_srli_epi16(v, 4), lut);
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                const int8_t(*D)[64] = pp[t].p4.dig[g];
+                /* three short chains, one per digit, joined by shifts */
+                __m512i a2 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wl, _mm512_load_si512(D[0]));
+                __m512i a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wl, _mm512_load_si512(D[2]));
+                __m512i a0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wl, _mm512_load_si512(D[4]));
+                a2 = _mm512_dpbusd_epi32(a2, wh, _mm512_load_si512(D[1]));
+                a1 = _mm512_dpbusd_epi32(a1, wh, _mm512_load_si512(D[3]));
+                a0 = _mm512_dpbusd_epi32(a0, wh, _mm512_load_si512(D[5]));
+                A[i][t] = _mm512_add_epi32(_mm512_slli_epi32(_mm512_add_epi32(_mm512_slli_epi32(a2, 8), a1), 8), a0);
+            }
+        }
+        const int64_t nq = imin(4, nblk - 4 * g);
+        const __m512 ws16 = _mm512_loadu_ps(ws + 16 * g);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            __m512i u =
+                _mm512_sub_epi32(treduce_epi32(A[0][t], A[1][t], A[2][t], A[3][t]), _mm512_load_si512(pp[t].p4.c[g]));
+            __m512 part = _mm512_mul_ps(_mm512_cvtepi32_ps(u), _mm512_set1_ps(0x1p-10f));
+            __m512 p = _mm512_mul_ps(_mm512_mul_ps(part, _mm512_load_ps(pp[t].p4.xs[g])), ws16);
+            acc[t] = _mm_add_ps(acc[t], _mm512_castps512_ps128(p));
+            if (nq > 1) acc[t] = _mm_add_ps(acc[t], _mm512_extractf32x4_ps(p, 1));
+            if (nq > 2) acc[t] = _mm_add_ps(acc[t], _mm512_extractf32x4_ps(p, 2));
+            if (nq > 3) acc[t] = _mm_add_ps(acc[t], _mm512_extractf32x4_ps(p, 3));
+        }
+    }
+}
+
+/* ================================================================ quant, fp8
+ *
+ * Lanes hold blocks, not elements, so no block needs a horizontal sum. A superblock is 16
+ * blocks (512 bytes of a row) loaded as 8 vectors; an in-lane 4x4 transpose of dwords gives 4
+ * vectors per half in which every dword lane stays within one half-block. Each byte becomes the
+ * f32 pattern sign | e,m << 20, the e4m3 value times 2^-120 (subnormal for small codes), by
+ * 16-bit arithmetic shifts and a mask; inputs are prepared as 2^112 x in the same lane order,
+ * so each product is p' = 2^-8 w x, exact. Every p' is split exactly into h + l with
+ * t = fma(w, x, M), M = 1.5 * 2^15, h = t - M (a multiple of 2^-8, |p'| < 2^14) and
+ * l = fma(w, x, -h) (|l| <= 2^-9, a multiple of 2^-26); the bit patterns of t are summed as
+ * integers (sum h * 2^8) and the l in f32 (under 2^22 units), both exactly, so a block's sum
+ * w.x = H + 256 L is rounded once when the two are added. This needs |x| <= 512 and x a
+ * multiple of 2^-9, which every e4m3 value is. */
+
+/* The block in lane l of a combined superblock result: lane 4P+m holds block 8(P/2) + 2m + P%2. */
+static const int32_t FP8_LANE_BLOCK[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
+
+/* Prepares blocks [b0, b0+nblk) of one token. Returns 0 when an input is not k/512 with
+ * |k| <= 2^18. */
+INL int fp8_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0, int64_t nblk, fp8_prep *p) {
+    __mmask16 ok = 0xFFFF;
+    _Alignas(64) float tmp[512];
+    for (int64_t sb = 0; sb < (nblk + 15) / 16; sb++) {
+        const int64_t base = 32 * (b0 + 16 * sb);
+        for (int k = 0; k < 32; k++) {
+            int64_t c = base + 16 * k;
+            __m512 v = c < cols ? _mm512_maskz_loadu_ps(mask16(cols - c), xt + c) : _mm512_setzero_ps();
+            __m512 f = _mm512_mul_ps(v, _mm512_set1_ps(512.0f));
+            __m512i kk = _mm512_cvtps_epi32(f);
+            ok &= _mm512_cmp_ps_mask(_mm512_cvtepi32_ps(kk), f, _CMP_EQ_OQ) &
+                  _mm512_cmple_epu32_mask(_mm512_abs_epi32(kk), _mm512_set1_epi32(1 << 18));
+            _mm512_store_ps(tmp + 16 * k, _mm512_mul_ps(v, _mm512_set1_ps(0x1p112f)));
+        }
+        /* element 64(4G+m) + 16L + 4s + q goes to [G][s][q][4L+m] */
+        float *dst = &p->x[sb][0][0][0][0];
+        for (int G = 0; G < 2; G++)
+            for (int m = 0; m < 4; m++)
+                for (int L = 0; L < 4; L++) {
+                    const float *src = tmp + 64 * (4 * G + m) + 16 * L;
+                    for (int sq = 0; sq < 16; sq++) dst[256 * G + 16 * sq + 4 * L + m] = src[sq];
+                }
+        for (int l = 0; l < 16; l++) {
+            int64_t b = 16 * sb + FP8_LANE_BLOCK[l];
+            p->xs[sb][l] = b < nblk ? xst[b0 + b] : 0.0f;
+        }
+    }
+    return ok == 0xFFFF;
+}
+
+/* Four rows of dwords a, b, c, d -> per 128-bit lane, out[s] = [a_s, b_s, c_s, d_s] */
+INL void transpose4(__m512i a, __m512i b, __m512i c, __m512i d, __m512i out[4]) {
+    __m512i t0 = _mm512_unpacklo_epi32(a, b), t1 = _mm512_unpackhi_epi32(a, b);
+    __m512i t2 = _mm512_unpacklo_epi32(c, d), t3 = _mm512_unpackhi_epi32(c, d);
+    out[0] = _mm512_unpacklo_epi64(t0, t2);
+    out[1] = _mm512_unpackhi_epi64(t0, t2);
+    out[2] = _mm512_unpacklo_epi64(t1, t3);
+    out[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+/* One product vector: t = fma(f, x, M), h = t - M, l = fma(f, x, -h); H += bits(t), L += l.
+ * Written out so every compiler keeps it to six instructions without copies or spills. */
+INL void fp8_step(__m512 f, const __m512 *x, __m512 M, __m512i *H, __m512 *L) {
+    __m512 t, h, xr;
+    __asm__("vmovaps %[x], %[xr]\n\t"
+            "vmovaps %[f], %[t]\n\t"
+            "vfmadd213ps %[M], %[xr], %[t]\n\t"
+            "vsubps %[M], %[t], %[h]\n\t"
+            "vpaddd %[t], %[H], %[H]\n\t"
+            "vfmsub231ps %[xr], %[f], %[h]\n\t"
+            "vaddps %[h], %[L], %[L]"
+            : [H] "+v"(*H), [L] "+v"(*L), [t] "=&v"(t), [h] "=&v"(h), [xr] "=&v"(xr)
+            : [f] "v"(f), [x] "m"(*x), [M] "v"(M));
+}
+
+/* A superblock's 16 block sums of one row from the two halves' accumulators (H: the t patterns
+ * summed, L: the l), times the input scales xs and the row's scales ws, in lane order. */
+INL __m512 fp8_finish(__m512i H0, __m512i H1, __m512 L0, __m512 L1, const float *xs, __m512 ws) {
+    const __m512i bias = _mm512_set1_epi32((int)(16u * 0x47400000u)); /* 16 times the bits of M, mod 2^32 */
+    __m512i h0 = _mm512_sub_epi32(H0, bias), h1 = _mm512_sub_epi32(H1, bias);
+    h0 = _mm512_add_epi32(h0, _mm512_shuffle_i32x4(h0, h0, _MM_SHUFFLE(2, 3, 0, 1))); /* the two half-blocks */
+    h1 = _mm512_add_epi32(h1, _mm512_shuffle_i32x4(h1, h1, _MM_SHUFFLE(2, 3, 0, 1)));
+    __m512 l0 = _mm512_add_ps(L0, _mm512_shuffle_f32x4(L0, L0, _MM_SHUFFLE(2, 3, 0, 1)));
+    __m512 l1 = _mm512_add_ps(L1, _mm512_shuffle_f32x4(L1, L1, _MM_SHUFFLE(2, 3, 0, 1)));
+    __m512i hh = _mm512_shuffle_i32x4(h0, h1, _MM_SHUFFLE(2, 0, 2, 0));
+    __m512 ll = _mm512_shuffle_f32x4(l0, l1, _MM_SHUFFLE(2, 0, 2, 0));
+    __m512 part = _mm512_add_ps(_mm512_cvtepi32_ps(hh), _mm512_mul_ps(ll, _mm512_set1_ps(256.0f)));
+    return _mm512_mul_ps(_mm512_mul_ps(part, _mm512_load_ps(xs)), ws);
+}
+
+/* Adds the first nsb blocks of 4 rows' superblock products P[row][lane] to acc, in block order. */
+INL void fp8_accumulate(float P[RT][16], int64_t nsb, __m128 *acc) {
+    __m512i q[4];
+    transpose4(_mm512_load_si512(P[0]), _mm512_load_si512(P[1]), _mm512_load_si512(P[2]), _mm512_load_si512(P[3]), q);
+    /* block b: the 4 rows sit in 128-bit lane 2(b/8) + b%2 of q[(b%8)/2] */
+    if (nsb == 16) {
+        __m128 a = *acc;
+        for (int h = 0; h < 2; h++)
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                __m512 v = _mm512_castsi512_ps(q[k]);
+                a = _mm_add_ps(a, h ? _mm512_extractf32x4_ps(v, 2) : _mm512_castps512_ps128(v));
+                a = _mm_add_ps(a, h ? _mm512_extractf32x4_ps(v, 3) : _mm512_extractf32x4_ps(v, 1));
+            }
+        *acc = a;
+    } else {
+        _Alignas(64) float Q[4][16];
+        for (int k = 0; k < 4; k++) _mm512_store_si512(Q[k], q[k]);
+        for (int b = 0; b < nsb; b++)
+            *acc = _mm_add_ps(*acc, _mm_load_ps(&Q[(b & 7) >> 1][4 * (2 * (b >> 3) + (b & 1))]));
+    }
+}
+
+/* The 4 f32 patterns of the bytes of u (byte q of every dword in f[q]), each e4m3 * 2^-120 */
+INL void fp8_decode(__m512i u, __m512 f[4]) {
+    const __m512i mask = _mm512_set1_epi32((int)0x87F00000u);
+    __m512i a = _mm512_srai_epi16(u, 4), b = _mm512_srai_epi16(_mm512_slli_epi16(u, 8), 4);
+    f[0] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(b, 16), mask));
+    f[1] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(a, 16), mask));
+    f[2] = _mm512_castsi512_ps(_mm512_and_si512(b, mask));
+    f[3] = _mm512_castsi512_ps(_mm512_and_si512(a, mask));
+}
+
+/* One token (decode, T = 1): the 4 rows' work is interleaved in program order, since a single
+ * row's chain (load, transpose, decode, split, sums) is longer than the out-of-order window. */
+INL int fp8_tile1(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_t nblk, const uint8_t *const sp[RT],
+                  const prep_u *pp, __m128 *acc) {
+    const __m512 M = _mm512_set1_ps(49152.0f);
+    const __m512i lane_block = _mm512_loadu_si512(FP8_LANE_BLOCK);
+    const __m512i hb = _mm512_set1_epi8((char)0x80);
+    __m512i nan = _mm512_setzero_si512();
+    for (int64_t sb = 0; sb < (nblk + 15) / 16; sb++) {
+        _Alignas(64) float P[RT][16];
+        _Alignas(64) __m512i U[RT][4];
+        const int64_t nsb = imin(16, nblk - 16 * sb);
+        const int full = 512 * (sb + 1) <= bytes;
+        __m512i H[2][RT];
+        __m512 L[2][RT][2];
+#pragma GCC unroll 2
+        for (int G = 0; G < 2; G++) {
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) {
+                const uint8_t *row = rp[i] + 512 * sb + 256 * G;
+                __m512i z[4];
+#pragma GCC unroll 4
+                for (int m = 0; m < 4; m++) {
+                    const int64_t off = 512 * sb + 256 * G + 64 * m;
+                    _mm_prefetch((const char *)(row + 64 * m + pfd), _MM_HINT_T0);
+                    z[m] = full ? _mm512_loadu_si512(row + 64 * m)
+                                : _mm512_maskz_loadu_epi8(mask64(bytes - off), row + 64 * m);
+                    nan = _mm512_max_epu8(nan, _mm512_or_si512(z[m], hb));
+                }
+                transpose4(z[0], z[1], z[2], z[3], U[i]);
+                H[G][i] = _mm512_setzero_si512();
+                L[G][i][0] = L[G][i][1] = _mm512_setzero_ps();
+            }
+            const char *xb = (const char *)pp->p8.x[sb][G];
+            __asm__("" : "+r"(xb)); /* keeps the input addresses as offsets of one register */
+#pragma GCC unroll 4
+            for (int s = 0; s < 4; s++)
+#pragma GCC unroll 4
+                for (int i = 0; i < RT; i++) {
+                    __m512 f[4];
+                    fp8_decode(_mm512_load_si512(&U[i][s]), f);
+#pragma GCC unroll 4
+                    for (int q = 0; q < 4; q++)
+                        fp8_step(f[q], (const __m512 *)(xb + 64 * (4 * s + q)), M, &H[G][i], &L[G][i][q & 1]);
+                }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) {
+            __m512 ws = e8m0_ps(_mm512_permutexvar_epi32(
+                lane_block, _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask16(nsb), sp[i] + 16 * sb))));
+            _mm512_store_ps(P[i], fp8_finish(H[0][i], H[1][i], _mm512_add_ps(L[0][i][0], L[0][i][1]),
+                                             _mm512_add_ps(L[1][i][0], L[1][i][1]), pp->p8.xs[sb], ws));
+        }
+        fp8_accumulate(P, nsb, acc);
+    }
+    return _mm512_cmpeq_epi8_mask(nan, _mm512_set1_epi8((char)0xFF)) == 0;
+}
+
+/* One tile over a chunk: rp[i] at the chunk's first byte of row i, `bytes` of it valid, nblk
+ * blocks; sp[i] at row i's scale of the chunk's first block. Returns 0 if it met a NaN code. */
+INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_t nblk, const uint8_t *const sp[RT],
+                 const prep_u *pp, const int nt, __m128 acc[TT]) {
+    const __m512 M = _mm512_set1_ps(49152.0f);
+    const __m512i lane_block = _mm512_loadu_si512(FP8_LANE_BLOCK);
+    const __m512i hb = _mm512_set1_epi8((char)0x80);
+    __m512i nan = _mm512_setzero_si512();
+    for (int64_t sb = 0; sb < (nblk + 15) / 16; sb++) {
+        _Alignas(64) float P[TT][RT][16];
+        const int64_t nsb = imin(16, nblk - 16 * sb);
+        const int full = 512 * (sb + 1) <= bytes;
+        for (int i = 0; i < RT; i++) {
+            /* per half and token: the t patterns summed as integers, and the l in NL f32
+             * accumulators (by byte position) so the adds are not one long dependent chain */
+            enum { NLMAX = 4 };
+            const int NL = nt == 1 ? 4 : nt == 2 ? 2 : 1;
+            __m512i H[2][TT];
+            __m512 L[2][TT][NLMAX];
+#pragma GCC unroll 2
+            for (int G = 0; G < 2; G++) {
+                __m512i z[4], u[4];
+                const char *xb = (const char *)pp[0].p8.x[sb][G];
+                __asm__("" : "+r"(xb)); /* keeps the 64 input addresses as offsets of one register */
+                const uint8_t *row = rp[i] + 512 * sb + 256 * G;
+#pragma GCC unroll 4
+                for (int m = 0; m < 4; m++) {
+                    const int64_t off = 512 * sb + 256 * G + 64 * m;
+                    _mm_prefetch((const char *)(row + 64 * m + pfd), _MM_HINT_T0);
+                    z[m] = full ? _mm512_loadu_si512(row + 64 * m)
+                                : _mm512_maskz_loadu_epi8(mask64(bytes - off), row + 64 * m);
+                    nan = _mm512_max_epu8(nan, _mm512_or_si512(z[m], hb));
+                }
+                transpose4(z[0], z[1], z[2], z[3], u);
+#pragma GCC unroll 4
+                for (int t = 0; t < nt; t++) {
+                    H[G][t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                    for (int k = 0; k < NL; k++) L[G][t][k] = _mm512_setzero_ps();
+                }
+#pragma GCC unroll 4
+                for (int s = 0; s < 4; s++) {
+                    __m512 f[4];
+                    fp8_decode(u[s], f);
+#pragma GCC unroll 4
+                    for (int q = 0; q < 4; q++)
+#pragma GCC unroll 4
+                        for (int t = 0; t < nt; t++) {
+                            fp8_step(f[q], (const __m512 *)(xb + t * sizeof(prep_u) + 64 * (4 * s + q)), M, &H[G][t],
+                                     &L[G][t][q % NL]);
+                        }
+                }
+#pragma GCC unroll 4
+                for (int t = 0; t < nt; t++) {
+                    if (NL == 4)
+                        L[G][t][0] =
+                            _mm512_add_ps(_mm512_add_ps(L[G][t][0], L[G][t][1]), _mm512_add_ps(L[G][t][2], L[G][t][3]));
+                    if (NL == 2) L[G][t][0] = _mm512_add_ps(L[G][t][0], L[G][t][1]);
+                }
+            }
+            __m512 ws = e8m0_ps(_mm512_permutexvar_epi32(
+                lane_block, _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask16(nsb), sp[i] + 16 * sb))));
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                _mm512_store_ps(P[t][i], fp8_finish(H[0][t], H[1][t], L[0][t][0], L[1][t][0], pp[t].p8.xs[sb], ws));
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) fp8_accumulate(P[t], nsb, &acc[t]);
+    }
+    return _mm512_cmpeq_epi8_mask(nan, _mm512_set1_epi8((char)0xFF)) == 0;
+}
+
+/* ================================================================ quant driver */
+
+TGT static void avx512_quant(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
+                             int64_t xstride, float *y, int64_t ystride) {
+    const int fp4 = w->type == DT_FP4;
+    /* the fp8 path computes with subnormal f32 patterns, which denormals-are-zero would flush */
+    if ((!fp4 && w->type != DT_E4M3) || !w->scale || w->cols == 0 || (!fp4 && (_mm_getcsr() & 0x0040))) {
+        kernels_scalar.quant(w, r0, r1, x, xs, T, xstride, y, ystride);
+        return;
+    }
+    const int64_t cols = w->cols, nb = (cols + 31) / 32, rowbytes = fp4 ? (cols + 1) / 2 : cols;
+    const int64_t chunk = fp4 ? FP4_CHUNK : FP8_CHUNK, bpb = fp4 ? 16 : 32; /* weight bytes per block */
+    const int64_t pfd = RT * rowbytes; /* prefetch distance: the same bytes of the next tile's rows */
+    prep_u prep[T < TT ? (T > 0 ? T : 1) : TT]; /* on the stack: about 33 KB per token of a tile */
+    _Alignas(64) float ws[FP4_CHUNK * 4];
+    for (int64_t b0 = 0; b0 < nb; b0 += chunk) {
+        const int64_t nblk = imin(chunk, nb - b0);
+        const int64_t bytes = imin(rowbytes - bpb * b0, bpb * nblk); /* the chunk's bytes per row */
+        /* one row block: the quant kernels do enough work per weight byte that re-reading the rows
+         * for each token tile costs less than preparing the inputs again per block */
+        const int64_t rblock = r1 > r0 ? r1 - r0 : 1;
+        for (int64_t rb = r0; rb < r1; rb += rblock) {
+            const int64_t rb1 = imin(r1, rb + rblock);
+            for (int64_t t0 = 0; t0 < T; t0 += TT) {
+                const int nt = (int)imin(TT, T - t0);
+                for (int t = 0; t < nt; t++) {
+                    const float *xt = x + (t0 + t) * xstride, *xst = xs + (t0 + t) * nb;
+                    int ok = fp4 ? fp4_prepare(xt, xst, cols, b0, nblk, &prep[t].p4)
+                                 : fp8_prepare(xt, xst, cols, b0, nblk, &prep[t].p8);
+                    if (!ok) {
+                        kernels_scalar.quant(w, r0, r1, x, xs, T, xstride, y, ystride);
+                        return;
+                    }
+                }
+                for (int64_t r = rb; r < rb1; r += RT) {
+                    const int nr = (int)imin(RT, rb1 - r);
+                    int64_t ri[RT];
+                    tile_rows(r, nr, ri);
+                    const uint8_t *rp[RT], *sp[RT];
+                    for (int i = 0; i < RT; i++) {
+                        rp[i] = (const uint8_t *)w->data + ri[i] * rowbytes + bpb * b0;
+                        sp[i] = w->scale + (ri[i] / w->scale_rows) * nb + (fp4 ? 0 : b0);
+                    }
+                    __m128 acc[TT] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
+                    for (int t = 0; t < nt; t++)
+                        if (b0 > 0) acc[t] = _mm_maskz_loadu_ps(mask16(nr), y + (t0 + t) * ystride + (r - r0));
+                    int ok = 1;
+                    if (fp4) {
+                        scales4(sp, b0, nblk, ws);
+                        const int64_t ng = (nblk + 3) / 4, last = bytes - 64 * (ng - 1);
+                        switch (nt) {
+                        case 1: fp4_tile(rp, pfd, ng, last, nblk, prep, 1, ws, acc); break;
+                        case 2: fp4_tile(rp, pfd, ng, last, nblk, prep, 2, ws, acc); break;
+                        case 3: fp4_tile(rp, pfd, ng, last, nblk, prep, 3, ws, acc); break;
+                        default: fp4_tile(rp, pfd, ng, last, nblk, prep, 4, ws, acc); break;
+                        }
+                    } else {
+                        switch (nt) {
+                        case 1: ok = fp8_tile1(rp, pfd, bytes, nblk, sp, prep, acc); break;
+                        case 2: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 2, acc); break;
+                        case 3: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 3, acc); break;
+                        default: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 4, acc); break;
+                        }
+                    }
+                    if (!ok) { /* a NaN weight code */
+                        kernels_scalar.quant(w, r0, r1, x, xs, T, xstride, y, ystride);
+                        return;
+                    }
+                    for (int t = 0; t < nt; t++)
+                        _mm_mask_storeu_ps(y + (t0 + t) * ystride + (r - r0), mask16(nr), acc[t]);
+                }
+            }
+        }
+    }
+}
+
+const kernel_set kernels_avx512 = {"avx512", avx512_dense, avx512_quant};
+
+#endif

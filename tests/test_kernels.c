@@ -1,0 +1,279 @@
+/* test_kernels.c - every fast kernel set this CPU runs against the scalar reference.
+ *
+ * quant (fp8 with 32x32 and per-row scales, fp4) must equal the scalar kernel bit for bit;
+ * dense (f32, bf16, and e4m3 / fp4 through the dequantizing path) may differ only by summation
+ * order: |fast - scalar| <= 1e-5 * sum_i |x_i w_i| + 1e-30 per output. Shapes are odd on purpose
+ * (rows and cols not multiples of 4/8/16/32, cols < 32, chunks crossed), T is 1, 2, 3, 7 and 64,
+ * inputs mix large and small magnitudes and zeros, and every result must not depend on how the
+ * rows are split. Buffers end at a guard page, so reading past a weight, scale or input faults. */
+#include <math.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
+#include "kernels.h"
+#include "numerics.h"
+#include "testing.h"
+
+/* ---- buffers whose last byte sits just before an inaccessible page */
+typedef struct { void *base; size_t len; } guard;
+static guard guards[64];
+static int n_guards;
+
+static void *guarded(size_t n) {
+    if (n_guards == (int)(sizeof guards / sizeof *guards)) { fprintf(stderr, "too many guarded buffers\n"); exit(2); }
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), len = (n + page - 1) / page * page + page;
+    uint8_t *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) { perror("mmap"); exit(2); }
+    mprotect(m + len - page, page, PROT_NONE);
+    guards[n_guards++] = (guard){m, len};
+    return m + len - page - n;
+}
+
+static void free_guarded(void) {
+    while (n_guards > 0) { n_guards--; munmap(guards[n_guards].base, guards[n_guards].len); }
+}
+
+/* ---- random numbers */
+static uint64_t rng_state = 12345;
+static uint64_t rnd(void) { return splitmix64(rng_state++); }
+static double unif(void) { return (double)(rnd() >> 11) * 0x1p-53; }
+
+/* a value of varied magnitude: 1 in 8 zero, otherwise sign * 10^[-3, 3) */
+static float wild(void) {
+    uint64_t r = rnd();
+    if (r % 8 == 0) return 0.0f;
+    return (float)((r & 16 ? -1.0 : 1.0) * pow(10.0, 6.0 * unif() - 3.0));
+}
+
+/* act_quant as linear() does it: e4m3 values and power-of-two scales per 32 */
+static void act_quant(const float *x, int64_t n, float *q, float *s) {
+    for (int64_t b = 0; b < n; b += 32) {
+        int64_t e = b + 32 < n ? b + 32 : n;
+        float amax = 0.0f;
+        for (int64_t i = b; i < e; i++) amax = fmaxf(amax, fabsf(x[i]));
+        float sc = pow2_ceil(fmaxf(amax, 1e-4f) * (1.0f / 448.0f));
+        s[b / 32] = sc;
+        for (int64_t i = b; i < e; i++) {
+            float v = x[i] / sc;
+            v = v < -448.0f ? -448.0f : v > 448.0f ? 448.0f : v;
+            q[i] = e4m3_to_f32(f32_to_e4m3(v));
+        }
+    }
+}
+
+/* ---- weights of each kind */
+typedef enum { K_F32, K_BF16, K_E4M3_TILE, K_E4M3_ROW, K_FP4, N_KINDS } kind;
+static const char *const KIND_NAME[N_KINDS] = {"f32", "bf16", "e4m3/32x32", "e4m3/row", "fp4"};
+
+static uint8_t random_scale(void) {
+    uint64_t r = rnd() % 64;
+    if (r == 0) return 0;          /* 2^-127, subnormal */
+    if (r == 1) return 254;        /* 2^127 */
+    return (uint8_t)(112 + rnd() % 24);
+}
+
+static weight make_weight(kind k, int64_t rows, int64_t cols) {
+    weight w = {0};
+    w.rows = rows;
+    w.cols = cols;
+    w.mode = AS_STORED;
+    int64_t nb = (cols + 31) / 32;
+    switch (k) {
+    case K_F32: {
+        float *d = guarded((size_t)(rows * cols) * 4);
+        for (int64_t i = 0; i < rows * cols; i++) d[i] = wild();
+        w.type = DT_F32;
+        w.data = d;
+        break;
+    }
+    case K_BF16: {
+        uint16_t *d = guarded((size_t)(rows * cols) * 2);
+        for (int64_t i = 0; i < rows * cols; i++) d[i] = f32_to_bf16(wild());
+        w.type = DT_BF16;
+        w.data = d;
+        break;
+    }
+    case K_E4M3_TILE:
+    case K_E4M3_ROW: {
+        uint8_t *d = guarded((size_t)(rows * cols));
+        for (int64_t i = 0; i < rows * cols; i++) {
+            uint8_t c = (uint8_t)rnd();
+            d[i] = (c & 0x7F) == 0x7F ? c ^ 1 : c; /* no NaN codes here; they have their own test */
+        }
+        w.type = DT_E4M3;
+        w.data = d;
+        w.scale_rows = k == K_E4M3_TILE ? 32 : 1;
+        break;
+    }
+    case K_FP4: {
+        int64_t rb = (cols + 1) / 2;
+        uint8_t *d = guarded((size_t)(rows * rb));
+        for (int64_t i = 0; i < rows * rb; i++) d[i] = (uint8_t)rnd();
+        w.type = DT_FP4;
+        w.data = d;
+        w.scale_rows = 1;
+        break;
+    }
+    default: break;
+    }
+    if (w.scale_rows) {
+        int64_t srows = (rows + w.scale_rows - 1) / w.scale_rows;
+        uint8_t *s = guarded((size_t)(srows * nb));
+        for (int64_t i = 0; i < srows * nb; i++) s[i] = random_scale();
+        w.scale = s;
+    }
+    return w;
+}
+
+/* ---- comparing */
+static int same_bits(float a, float b) { return f32_bits(a) == f32_bits(b); }
+
+static int dense_close(const weight *w, int64_t r, const float *xt, float got, float want) {
+    if (same_bits(got, want)) return 1;
+    if (isnan(got) || isnan(want)) return 0;
+    double mag = 0.0;
+    for (int64_t i = 0; i < w->cols; i++) mag += fabs((double)xt[i] * (double)weight_get(w, r, i));
+    return fabs((double)got - (double)want) <= 1e-5 * mag + 1e-30;
+}
+
+#define SENTINEL 12345.0f
+
+/* Runs k and scalar on rows [0, rows) for T tokens, x with stride xstride and y with stride rows + 3,
+ * then on a few row splits; counts checks. */
+static void check_case(const kernel_set *k, const weight *w, int quant, int64_t T, const float *x, const float *xs,
+                       int64_t xstride, const char *what) {
+    const int64_t rows = w->rows, ys = rows + 3, n = T * ys;
+    float *want = malloc((size_t)n * sizeof(float)), *got = malloc((size_t)n * sizeof(float));
+    float *part = malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) want[i] = got[i] = part[i] = SENTINEL;
+    rows_fn ref = quant ? kernels_scalar.quant : kernels_scalar.dense, fast = quant ? k->quant : k->dense;
+    ref(w, 0, rows, x, xs, T, xstride, want, ys);
+    fast(w, 0, rows, x, xs, T, xstride, got, ys);
+    int64_t bad = 0, first = -1;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t r = 0; r < ys; r++) {
+            int64_t i = t * ys + r;
+            int ok = r >= rows ? same_bits(got[i], SENTINEL)
+                     : quant   ? same_bits(got[i], want[i])
+                               : dense_close(w, r, x + t * xstride, got[i], want[i]);
+            if (!ok && bad++ == 0) first = i;
+        }
+    CHECK(bad == 0, "%s %s %s rows=%lld cols=%lld T=%lld: %lld outputs differ, first [t=%lld r=%lld] %.9g vs %.9g",
+          k->name, quant ? "quant" : "dense", what, (long long)rows, (long long)w->cols, (long long)T, (long long)bad,
+          (long long)(first / ys), (long long)(first % ys), bad ? got[first] : 0.0, bad ? want[first] : 0.0);
+    /* the same rows computed in pieces give the same bits */
+    const int64_t cuts[] = {1, 3, rows / 2, rows - 1};
+    for (size_t c = 0; c < sizeof cuts / sizeof *cuts; c++) {
+        int64_t cut = cuts[c];
+        if (cut <= 0 || cut >= rows) continue;
+        fast(w, 0, cut, x, xs, T, xstride, part, ys);
+        fast(w, cut, rows, x, xs, T, xstride, part + cut, ys);
+        CHECK(memcmp(part, got, (size_t)n * sizeof(float)) == 0, "%s %s %s rows=%lld cols=%lld T=%lld: split at %lld differs",
+              k->name, quant ? "quant" : "dense", what, (long long)rows, (long long)w->cols, (long long)T, (long long)cut);
+    }
+    free(want);
+    free(got);
+    free(part);
+}
+
+static void test_set(const kernel_set *k) {
+    static const int64_t shapes[][2] = {{1, 1},  {1, 7},   {3, 31},  {5, 32},   {2, 33},    {7, 63},   {9, 64},
+                                        {6, 65}, {11, 96}, {13, 127}, {4, 128}, {17, 129},  {5, 200},  {33, 255},
+                                        {19, 513}, {8, 1000}, {6, 2080}, {5, 4130}, {3, 8200}, {70, 96}, {3, 0}, {37, 8200}};
+    static const int64_t Ts[] = {1, 2, 3, 7, 64};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        const int64_t rows = shapes[s][0], cols = shapes[s][1], nb = (cols + 31) / 32;
+        for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
+            const int64_t T = Ts[ti];
+            /* keeps the scalar reference quick; 37 x 8200 at T = 7 crosses the dense cache blocks */
+            if (cols > 1000 && (T == 64 || (T > 3 && rows < 30))) continue;
+            const int64_t xstride = cols + (T % 2) * 5; /* strided activations on odd T */
+            float *x = guarded((size_t)(T * xstride) * sizeof(float));
+            float *q = guarded((size_t)(T * xstride) * sizeof(float));
+            float *xs = guarded((size_t)(T * nb) * sizeof(float));
+            for (int64_t i = 0; i < T * xstride; i++) x[i] = q[i] = wild();
+            for (int64_t t = 0; t < T; t++) act_quant(x + t * xstride, cols, q + t * xstride, xs + t * nb);
+            for (int kd = 0; kd < N_KINDS; kd++) {
+                weight w = make_weight((kind)kd, rows, cols);
+                if (w.type == DT_E4M3 || w.type == DT_FP4) {
+                    check_case(k, &w, 1, T, q, xs, xstride, KIND_NAME[kd]);
+                    /* the dense path sums in its own order, so no scale may overflow it */
+                    int64_t srows = (rows + w.scale_rows - 1) / w.scale_rows;
+                    for (int64_t i = 0; i < srows * nb; i++)
+                        if (w.scale[i] > 200) ((uint8_t *)w.scale)[i] = 140;
+                }
+                check_case(k, &w, 0, T, x, NULL, xstride, KIND_NAME[kd]);
+            }
+            free_guarded();
+        }
+    }
+}
+
+/* Turns denormals-are-zero / flush-to-zero on or off for this thread. */
+static void set_flush(int on) {
+#if defined(__x86_64__)
+    unsigned csr = _mm_getcsr();
+    _mm_setcsr(on ? csr | 0x8040 : csr & ~0x8040u);
+#elif defined(__aarch64__)
+    uint64_t fpcr;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
+    fpcr = on ? fpcr | (1ull << 24) : fpcr & ~(1ull << 24);
+    __asm__ volatile("msr fpcr, %0" : : "r"(fpcr));
+#else
+    (void)on;
+#endif
+}
+
+/* Inputs or weights outside the exact formats still give the scalar kernel's bits. */
+static void test_outside(const kernel_set *k) {
+    const int64_t rows = 9, cols = 77, nb = 3, T = 2;
+    float *x = guarded((size_t)(T * cols) * sizeof(float)), *q = guarded((size_t)(T * cols) * sizeof(float));
+    float *xs = guarded((size_t)(T * nb) * sizeof(float));
+    for (int64_t i = 0; i < T * cols; i++) x[i] = wild();
+    for (int64_t t = 0; t < T; t++) act_quant(x + t * cols, cols, q + t * cols, xs + t * nb);
+    weight w8 = make_weight(K_E4M3_ROW, rows, cols), w4 = make_weight(K_FP4, rows, cols);
+    /* an input that is no e4m3 value */
+    float keep = q[40];
+    q[40] = 1.0f / 3.0f;
+    check_case(k, &w8, 1, T, q, xs, cols, "e4m3, input 1/3");
+    check_case(k, &w4, 1, T, q, xs, cols, "fp4, input 1/3");
+    q[40] = keep;
+    /* a NaN weight code, and NaN / huge scales */
+    ((uint8_t *)w8.data)[5 * cols + 70] = 0x7F;
+    check_case(k, &w8, 1, T, q, xs, cols, "e4m3 with a NaN code");
+    check_case(k, &w8, 0, T, x, NULL, cols, "e4m3 with a NaN code");
+    ((uint8_t *)w4.scale)[4 * nb + 1] = 255;
+    check_case(k, &w4, 1, T, q, xs, cols, "fp4 with a NaN scale");
+    /* subnormal weights with denormals flushed (the fp8 path decodes to subnormal f32) */
+    weight ws = make_weight(K_E4M3_TILE, rows, cols);
+    for (int64_t i = 0; i < rows * cols; i += 3) ((uint8_t *)ws.data)[i] &= 0x87; /* exponent 0 */
+    set_flush(1);
+    check_case(k, &ws, 1, T, q, xs, cols, "e4m3 subnormals, denormals flushed");
+    set_flush(0);
+    check_case(k, &ws, 1, T, q, xs, cols, "e4m3 subnormals");
+    free_guarded();
+}
+
+int main(void) {
+    static const char *const names[] = {"avx2", "avx512", "neon"};
+    int ran = 0;
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        const kernel_set *k = kernels_find(names[i]);
+        if (!k) {
+            printf("kernel set %s: not available on this CPU, skipped\n", names[i]);
+            continue;
+        }
+        printf("kernel set %s\n", k->name);
+        test_set(k);
+        test_outside(k);
+        ran++;
+    }
+    CHECK(kernels_find("scalar") == &kernels_scalar && kernels_find("nonesuch") == NULL, "kernels_find");
+    CHECK(kernels_best() != NULL && (ran == 0 || kernels_best() != &kernels_scalar), "kernels_best picks a fast set");
+    printf("best: %s\n", kernels_best()->name);
+    return test_summary();
+}
