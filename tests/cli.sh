@@ -11,6 +11,23 @@ out=$(./dsv41 check "$golden"); rc=$?
 last=$(printf '%s\n' "$out" | tail -n 1)
 [ $rc -eq 0 ] && [ "$last" = "443 passed, 0 failed" ] && ok || bad "check on the golden: rc=$rc, '$last'"
 
+# goldens of another geometry, batch sizes and decode counts, written by the independent numpy
+# reference; each input set was chosen robust by its order-sensitivity check (--require-robust)
+PY=python3
+for p in python3 /usr/bin/python3; do "$p" -c 'import numpy' 2>/dev/null && { PY=$p; break; }; done
+if "$PY" -c 'import numpy' 2>/dev/null; then
+    for spec in "alt 2 9 3 2313" "alt 1 9 3 90" "tiny 2 5 4 2733"; do
+        set -- $spec
+        "$PY" tests/ref/golden_gen.py -q --no-twin --out "$tmp/g.json" --geometry "$1" --batch "$2" --prefill "$3" \
+            --decode "$4" --seed-ids "$5" >/dev/null 2>&1 || { bad "golden_gen $spec"; continue; }
+        out=$(./dsv41 check "$tmp/g.json"); rc=$?
+        last=$(printf '%s\n' "$out" | tail -n 1)
+        [ $rc -eq 0 ] && printf '%s\n' "$last" | grep -qE '^[1-9][0-9]* passed, 0 failed$' && ok || bad "check on golden $spec: '$last'"
+    done
+else
+    bad "python3 with numpy is needed for the reference goldens"
+fi
+
 # malformed goldens, each made from the real one
 mk() { python3 - "$golden" "$tmp/$1.json" "$2" <<'PY'
 import json, sys
