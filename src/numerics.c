@@ -4,27 +4,28 @@
 #include <math.h>
 #include <string.h>
 
+/* On the bit pattern: the 23 mantissa bits round to 3, ties to even; the activation
+ * quantizer calls this for every element, so no double or libm call is involved. */
 uint8_t f32_to_e4m3(float x) {
     if (isnan(x)) return 0x7F;
-    uint8_t sign = signbit(x) ? 0x80 : 0;
-    uint32_t b = f32_bits(fabsf(x));
-    int efield = (int)(b >> 23);
-    if (efield == 0) return sign; /* f32 subnormal: far below e4m3's 2^-9 */
-    double a = fabs((double)x);
-    if (a > 448.0) return sign | 0x7E;
-    int e = efield - 127;
-    if (e < -6) return sign | (uint8_t)nearbyint(a * 512.0); /* 8 carries into code 0x08 */
-    int mant = (int)nearbyint((ldexp(a, -e) - 1.0) * 8.0);
-    if (mant == 8) { e += 1; mant = 0; }
-    return sign | (uint8_t)((e + 7) << 3) | (uint8_t)mant;
+    uint32_t b = f32_bits(x);
+    uint8_t sign = (uint8_t)((b >> 24) & 0x80);
+    b &= 0x7FFFFFFFu;
+    if ((b >> 23) == 0) return sign; /* f32 subnormal: far below e4m3's 2^-9 */
+    if (bits_f32(b) > 448.0f) return sign | 0x7E;
+    int e = (int)(b >> 23) - 127;
+    if (e < -6) return sign | (uint8_t)nearbyintf(bits_f32(b) * 512.0f); /* exact scaling; 8 carries into 0x08 */
+    uint32_t m = b & 0x7FFFFF, r = m >> 20, rest = m & 0xFFFFF;
+    if (rest > 0x80000 || (rest == 0x80000 && (r & 1))) r++;
+    if (r == 8) { e += 1; r = 0; }
+    return sign | (uint8_t)((e + 7) << 3) | (uint8_t)r;
 }
 
 float e4m3_to_f32(uint8_t code) {
-    float sign = (code & 0x80) ? -1.0f : 1.0f;
-    int ef = (code >> 3) & 0x0F, m = code & 7;
-    if (ef == 15 && m == 7) return NAN;
-    if (ef == 0) return sign * (float)m / 8.0f * 0x1p-6f;
-    return sign * (1.0f + (float)m / 8.0f) * ldexpf(1.0f, ef - 7);
+    uint32_t sign = (uint32_t)(code & 0x80) << 24, e = (code >> 3) & 0x0F, m = code & 7;
+    if (e == 15 && m == 7) return NAN;
+    if (e == 0) return bits_f32(sign | f32_bits((float)m * 0x1p-9f));
+    return bits_f32(sign | ((e + 120) << 23) | (m << 20));
 }
 
 uint8_t f32_to_e8m0(float x) {
