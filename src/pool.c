@@ -17,6 +17,7 @@ static struct {
     int32_t created;       /* worker threads started so far (they are kept when n shrinks) */
     uint64_t generation;   /* bumped per job */
     int32_t pending;       /* workers still running this job */
+    int32_t sleepers;      /* workers blocked on `work` */
     pool_fn fn;
     void *ctx;
     int64_t items, per;    /* the job: [0, items) in ranges of `per` */
@@ -27,18 +28,39 @@ static void run_range(int32_t i) {
     if (b < e) P.fn(P.ctx, b, e);
 }
 
+/* A decode step calls the pool a few hundred times with microseconds of serial work between
+ * calls; sleeping on the condition variable every time costs more than the work itself on a
+ * virtual machine, so both sides spin for a while before they block. */
+#define SPINS 20000
+
+static inline void relax(void) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
 static void *worker(void *arg) {
     int32_t id = (int32_t)(intptr_t)arg;
     uint64_t seen = 0;
-    pthread_mutex_lock(&P.mu);
     for (;;) {
-        while (P.generation == seen) pthread_cond_wait(&P.work, &P.mu);
-        seen = P.generation;
+        for (int i = 0; i < SPINS && __atomic_load_n(&P.generation, __ATOMIC_ACQUIRE) == seen; i++) relax();
+        if (__atomic_load_n(&P.generation, __ATOMIC_ACQUIRE) == seen) {
+            pthread_mutex_lock(&P.mu);
+            P.sleepers++;
+            while (P.generation == seen) pthread_cond_wait(&P.work, &P.mu);
+            P.sleepers--;
+            pthread_mutex_unlock(&P.mu);
+        }
+        seen = __atomic_load_n(&P.generation, __ATOMIC_ACQUIRE);
         if (id >= P.n) continue; /* parked: the pool was resized below this worker */
-        pthread_mutex_unlock(&P.mu);
         run_range(id);
-        pthread_mutex_lock(&P.mu);
-        if (--P.pending == 0) pthread_cond_signal(&P.done);
+        if (__atomic_sub_fetch(&P.pending, 1, __ATOMIC_ACQ_REL) == 0) {
+            pthread_mutex_lock(&P.mu);
+            pthread_cond_signal(&P.done);
+            pthread_mutex_unlock(&P.mu);
+        }
     }
     return NULL;
 }
@@ -75,12 +97,15 @@ void pool_run(int64_t n, int64_t min_per_thread, pool_fn fn, void *ctx) {
     P.ctx = ctx;
     P.items = n;
     P.per = (n + use - 1) / use;
-    P.pending = t - 1;
-    P.generation++;
-    pthread_cond_broadcast(&P.work);
+    __atomic_store_n(&P.pending, t - 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&P.generation, 1, __ATOMIC_ACQ_REL);
+    if (P.sleepers) pthread_cond_broadcast(&P.work);
     pthread_mutex_unlock(&P.mu);
     run_range(0);
-    pthread_mutex_lock(&P.mu);
-    while (P.pending > 0) pthread_cond_wait(&P.done, &P.mu);
-    pthread_mutex_unlock(&P.mu);
+    for (int i = 0; i < SPINS && __atomic_load_n(&P.pending, __ATOMIC_ACQUIRE) > 0; i++) relax();
+    if (__atomic_load_n(&P.pending, __ATOMIC_ACQUIRE) > 0) {
+        pthread_mutex_lock(&P.mu);
+        while (__atomic_load_n(&P.pending, __ATOMIC_ACQUIRE) > 0) pthread_cond_wait(&P.done, &P.mu);
+        pthread_mutex_unlock(&P.mu);
+    }
 }
