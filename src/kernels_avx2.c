@@ -13,19 +13,11 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "kernels_tile.h"
 #include "numerics.h"
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define INL static inline __attribute__((always_inline)) TGT
-
-enum {
-    RT = 4, /* rows per tile */
-    TT = 4, /* tokens per tile, at most */
-    FP4_CHUNK = 256, /* blocks per prepared fp4 chunk (multiple of 2) */
-    FP8_CHUNK = 256, /* blocks per prepared fp8 chunk (multiple of 8) */
-};
-
-static int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* n (0..32) bytes from p, zero-filled to 32 */
 INL __m256i load_partial(const uint8_t *p, int64_t n) {
@@ -79,18 +71,6 @@ INL void transpose4(__m256i a, __m256i b, __m256i c, __m256i d, __m256i out[4]) 
     out[1] = _mm256_unpackhi_epi64(t0, t2);
     out[2] = _mm256_unpacklo_epi64(t1, t3);
     out[3] = _mm256_unpackhi_epi64(t1, t3);
-}
-
-/* Rows per cache block of the dense kernel: with several token tiles, all of them pass over a
- * block of rows small enough to stay in L2, so each weight byte comes from memory once. */
-static int64_t row_block(int64_t rowbytes, int64_t rows, int64_t T) {
-    if (T <= TT || rowbytes <= 0) return rows > 0 ? rows : 1;
-    int64_t rb = (384 * 1024 / rowbytes) / RT * RT;
-    return rb < RT ? RT : rb;
-}
-
-static void tile_rows(int64_t r, int nr, int64_t out[RT]) {
-    for (int i = 0; i < RT; i++) out[i] = r + (i < nr ? i : nr - 1);
 }
 
 INL void store_rows(float *y, int nr, __m128 v) {

@@ -22,19 +22,11 @@
 #include <stdint.h>
 
 #include "kernels.h"
+#include "kernels_tile.h"
 #include "numerics.h"
 
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c")))
 #define INL static inline __attribute__((always_inline)) TGT
-
-enum {
-    RT = 4, /* rows per tile */
-    TT = 4, /* tokens per tile, at most */
-    FP4_CHUNK = 256, /* blocks of 32 per prepared fp4 chunk (multiple of 4): 8192 inputs */
-    FP8_CHUNK = 256, /* blocks of 32 per prepared fp8 chunk (multiple of 16): 8192 inputs */
-};
-
-static int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
 INL __mmask16 mask16(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
 INL __mmask64 mask64(int64_t n) { return n >= 64 ? ~0ull : n <= 0 ? 0 : (__mmask64)((1ull << n) - 1); }
@@ -81,20 +73,6 @@ INL __m128 treduce_ps(__m512 a, __m512 b, __m512 c, __m512 d) {
     __m256 s = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(ab), _mm256_castps_pd(cd))),
                              _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(ab), _mm256_castps_pd(cd))));
     return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-}
-
-/* Rows per cache block of the dense kernel: with several token tiles, all of them pass over a
- * block of rows small enough to stay in L2, so each weight byte comes from memory once. */
-static int64_t row_block(int64_t rowbytes, int64_t rows, int64_t T) {
-    if (T <= TT || rowbytes <= 0) return rows > 0 ? rows : 1;
-    int64_t rb = (384 * 1024 / rowbytes) / RT * RT;
-    return rb < RT ? RT : rb;
-}
-
-/* Rows r..r+RT-1 clamped to the last valid one (a short tile repeats it and stores less). */
-static void tile_rows(int64_t r, int nr, int64_t out[RT]) {
-#pragma GCC unroll 4
-    for (int i = 0; i < RT; i++) out[i] = r + (i < nr ? i : nr - 1);
 }
 
 /* e4m3 bytes -> f16 patterns of value * 2^-8: sign to bit 15, the other 7 bits to 13..7 */
