@@ -2,17 +2,6 @@
 #include "kernels.h"
 #include "numerics.h"
 
-static float block_scale(const weight *w, int64_t r, int64_t b) {
-    return e8m0_to_f32(w->scale[(r / w->scale_rows) * ((w->cols + 31) / 32) + b]);
-}
-
-/* element c of row r without its block scale */
-static float raw(const weight *w, int64_t r, int64_t c) {
-    if (w->type == DT_E4M3) return e4m3_to_f32(((const uint8_t *)w->data)[r * w->cols + c]);
-    uint8_t byte = ((const uint8_t *)w->data)[r * ((w->cols + 1) / 2) + c / 2];
-    return e2m1_to_f32((c & 1) ? byte >> 4 : byte & 15);
-}
-
 static void scalar_dense(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
                          int64_t xstride, float *y, int64_t ystride) {
     (void)xs;
@@ -42,8 +31,8 @@ static void scalar_quant(const weight *w, int64_t r0, int64_t r1, const float *x
             float acc = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
                 double part = 0.0;
-                for (int64_t i = b * 32; i < w->cols && i < b * 32 + 32; i++) part += (double)(xt[i] * raw(w, r, i));
-                acc += (float)part * xs[t * nb + b] * block_scale(w, r, b);
+                for (int64_t i = b * 32; i < w->cols && i < b * 32 + 32; i++) part += (double)(xt[i] * weight_raw(w, r, i));
+                acc += (float)part * xs[t * nb + b] * weight_block_scale(w, r, b);
             }
             y[t * ystride + (r - r0)] = acc;
         }

@@ -94,6 +94,9 @@ uint64_t linear_macs(void);
 size_t model_decode_bytes(const dsv41_model *m);
 /* Element (r, c) of w as f32 (embedding rows, table gathers). */
 float weight_get(const weight *w, int64_t r, int64_t c);
+/* The same without its block scale, and the e8m0 scale of row r's 32-block b. */
+float weight_raw(const weight *w, int64_t r, int64_t c);
+float weight_block_scale(const weight *w, int64_t r, int64_t b);
 
 typedef struct {
     weight hc_attn_fn, hc_ffn_fn;           /* [(2+hc)*hc][hc*dim] f32 */

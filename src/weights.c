@@ -13,13 +13,11 @@
 #include "pool.h"
 #include "scratch.h"
 
-static float scale_of(const weight *w, int64_t r, int64_t c) {
-    int64_t per_row = (w->cols + 31) / 32;
-    return e8m0_to_f32(w->scale[(r / w->scale_rows) * per_row + c / 32]);
+float weight_block_scale(const weight *w, int64_t r, int64_t b) {
+    return e8m0_to_f32(w->scale[(r / w->scale_rows) * ((w->cols + 31) / 32) + b]);
 }
 
-/* The weight's stored element as f32, without its block scale. */
-static float raw_get(const weight *w, int64_t r, int64_t c) {
+float weight_raw(const weight *w, int64_t r, int64_t c) {
     int64_t i = r * w->cols + c;
     switch (w->type) {
     case DT_F32: return ((const float *)w->data)[i];
@@ -35,8 +33,8 @@ static float raw_get(const weight *w, int64_t r, int64_t c) {
 }
 
 float weight_get(const weight *w, int64_t r, int64_t c) {
-    float v = raw_get(w, r, c);
-    return w->scale ? v * scale_of(w, r, c) : v;
+    float v = weight_raw(w, r, c);
+    return w->scale ? v * weight_block_scale(w, r, c / 32) : v;
 }
 
 /* act_quant(x, 32, ue8m0) in GEMM mode: q holds the e4m3 values (as f32), s one scale per block. */
