@@ -98,10 +98,6 @@ static void *own(out_list *o, size_t n) {
     return o->bufs[o->n_bufs++] = calloc(1, n ? n : 1);
 }
 
-static int ends(const char *s, const char *suffix) {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && !strcmp(s + a - b, suffix);
-}
 
 /* The matrices the release keeps in fp8 (everything else dense stays bf16 / f32). */
 static int stored_fp8(const char *name) {
@@ -109,14 +105,14 @@ static int stored_fp8(const char *name) {
                                      "attn.wo_b.weight", "shared_experts.w1.weight", "shared_experts.w2.weight",
                                      "shared_experts.w3.weight", "indexer.wq_b.weight", "engram.wkv.weight"};
     for (size_t i = 0; i < sizeof suffixes / sizeof *suffixes; i++)
-        if (ends(name, suffixes[i])) return 1;
+        if (name_ends(name, suffixes[i])) return 1;
     return 0;
 }
 
 /* Held in f32 by the reference but stored bf16 in the release checkpoint (model.py promotes
  * them on load). */
 static int promoted_f32(const char *name) {
-    return !strcmp(name, "head.weight") || ends(name, "compressor.wkv.weight") || ends(name, "compressor.wgate.weight");
+    return !strcmp(name, "head.weight") || name_ends(name, "compressor.wkv.weight") || name_ends(name, "compressor.wgate.weight");
 }
 
 /* w [rows][cols] -> codes e4m3 [rows][cols], scale e8m0 [ceil(rows/32)][ceil(cols/32)] */

@@ -53,7 +53,7 @@ int fill_tensor(dsv41_model *m, const char *name, int32_t ndim, const int64_t *s
     return 0;
 }
 
-static int ends(const char *s, const char *suffix) {
+int name_ends(const char *s, const char *suffix) {
     size_t a = strlen(s), b = strlen(suffix);
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
@@ -71,21 +71,21 @@ fill_spec filler_rule(const config *c, const char *name, int32_t ndim, const int
     const char *last_dot = strrchr(name, '.'), *prev = last_dot;
     while (prev && prev > name && prev[-1] != '.') prev--;
     int norm_comp = last_dot && prev && memmem(prev, (size_t)(last_dot - prev), "norm", 4) != NULL;
-    if (ends(name, "embed.scale")) return (fill_spec){1.0, 1.0, "e8m0", "float8_e8m0fnu"};
-    if (ends(name, "embed.weight") && engram) return (fill_spec){0.5, 0.0, "fp8", "float8_e4m3fn"};
+    if (name_ends(name, "embed.scale")) return (fill_spec){1.0, 1.0, "e8m0", "float8_e8m0fnu"};
+    if (name_ends(name, "embed.weight") && engram) return (fill_spec){0.5, 0.0, "fp8", "float8_e4m3fn"};
     if (strcmp(name, "embed.weight") == 0) sp.scale = 0.5;
-    else if (ends(name, "attn_sink")) sp.scale = 0.1;
-    else if (ends(name, "hc_attn_scale") || ends(name, "hc_ffn_scale")) sp.offset = 1.0;
-    else if (ends(name, "hc_attn_base") || ends(name, "hc_ffn_base")) sp.scale = 0.1;
-    else if ((ends(name, "q_weight") || ends(name, "k_weight")) && engram) sp.offset = 1.0;
-    else if (ends(name, "gate.bias")) sp.scale = 0.05;
-    else if (norm_comp || ends(name, "norm.weight")) sp.offset = 1.0;
+    else if (name_ends(name, "attn_sink")) sp.scale = 0.1;
+    else if (name_ends(name, "hc_attn_scale") || name_ends(name, "hc_ffn_scale")) sp.offset = 1.0;
+    else if (name_ends(name, "hc_attn_base") || name_ends(name, "hc_ffn_base")) sp.scale = 0.1;
+    else if ((name_ends(name, "q_weight") || name_ends(name, "k_weight")) && engram) sp.offset = 1.0;
+    else if (name_ends(name, "gate.bias")) sp.scale = 0.05;
+    else if (norm_comp || name_ends(name, "norm.weight")) sp.offset = 1.0;
     else if (ndim >= 2) sp.scale = pow((double)shape[ndim - 1], -0.5);
     /* the reference holds these in f32 (model.py promotes the ratio-2 compressor on load) */
-    int f32 = ends(name, "hc_attn_fn") || ends(name, "hc_ffn_fn") || ends(name, "hc_attn_base") ||
-              ends(name, "hc_ffn_base") || ends(name, "hc_attn_scale") || ends(name, "hc_ffn_scale") ||
-              ends(name, "attn_sink") || ends(name, "gate.bias") || strcmp(name, "head.weight") == 0 ||
-              ((ends(name, "compressor.wkv.weight") || ends(name, "compressor.wgate.weight")) && layer_ratio(c, name) > 1);
+    int f32 = name_ends(name, "hc_attn_fn") || name_ends(name, "hc_ffn_fn") || name_ends(name, "hc_attn_base") ||
+              name_ends(name, "hc_ffn_base") || name_ends(name, "hc_attn_scale") || name_ends(name, "hc_ffn_scale") ||
+              name_ends(name, "attn_sink") || name_ends(name, "gate.bias") || strcmp(name, "head.weight") == 0 ||
+              ((name_ends(name, "compressor.wkv.weight") || name_ends(name, "compressor.wgate.weight")) && layer_ratio(c, name) > 1);
     if (f32) sp.dtype = "float32";
     return sp;
 }
@@ -95,7 +95,7 @@ fill_spec filler_rule(const config *c, const char *name, int32_t ndim, const int
 static int meta_exists(weight_source *src, const char *name, int64_t *rows);
 
 static int attach_scale(weight_source *src, dsv41_model *m, const char *name, weight *w) {
-    if (w->type != DT_E4M3 || !ends(name, ".weight")) return 0;
+    if (w->type != DT_E4M3 || !name_ends(name, ".weight")) return 0;
     char sname[200];
     snprintf(sname, sizeof sname, "%.*s.scale", (int)(strlen(name) - 7), name);
     int64_t srows;

@@ -10,6 +10,8 @@ typedef struct {
     const char *dtype;    /* storage: "float32", "bfloat16", "float8_e4m3fn", "float8_e8m0fnu" */
 } fill_spec;
 
+/* 1 when the tensor name s ends with suffix */
+int name_ends(const char *s, const char *suffix);
 fill_spec filler_rule(const config *c, const char *name, int32_t ndim, const int64_t *shape);
 int fill_tensor(dsv41_model *m, const char *name, int32_t ndim, const int64_t *shape, const fill_spec *sp, weight *w);
 
