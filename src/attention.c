@@ -180,11 +180,9 @@ void attention(dsv41_session *s, int32_t l, const float *x, int64_t T, float *ou
         int32_t cw = sh->topk_rows == T ? sh->topk_width : 0;
         for (int64_t t = 0; t < T; t++) memcpy(idx + t * stride + wwidth, sh->topk + t * cw, (size_t)cw * sizeof *idx);
         width = wwidth + cw;
-        if (width < stride) /* pack rows of `width` entries */
-            for (int64_t t = 1; t < T; t++) memmove(idx + t * width, idx + t * stride, (size_t)width * sizeof *idx);
-    } else if (width < stride) {
-        for (int64_t t = 1; t < T; t++) memmove(idx + t * width, idx + t * stride, (size_t)width * sizeof *idx);
     }
+    if (width < stride) /* pack rows of `width` entries */
+        for (int64_t t = 1; t < T; t++) memmove(idx + t * width, idx + t * stride, (size_t)width * sizeof *idx);
     trace_f32(tr, q, 4, (int64_t[]){1, T, H, hd}, "L%d.sa_q", l);
     trace_f32(tr, rows, 3, (int64_t[]){1, nrows + clen, hd}, "L%d.sa_kv", l);
     trace_i32(tr, idx, 3, (int64_t[]){1, T, width}, "L%d.sa_topk_idxs", l);
