@@ -90,10 +90,22 @@ fill_spec filler_rule(const config *c, const char *name, int32_t ndim, const int
     return sp;
 }
 
+/* ---- the golden's weights_meta */
+typedef struct {
+    weight_source base;
+    const json *meta;
+    uint8_t *used; /* [meta->len] */
+} meta_source;
+
+static int meta_exists(weight_source *src, const char *name, int64_t *rows) {
+    const json *e = json_get(((meta_source *)src)->meta, name), *sh = json_get(e, "shape");
+    if (!sh || sh->type != JSON_ARR || sh->len < 1) return 0;
+    *rows = json_i64(&sh->items[0]);
+    return 1;
+}
+
 /* "X.weight" of an e4m3 tensor takes its block scales from "X.scale": [rows][cols/32] per-row
  * blocks (engram tables) or [rows/32][cols/32] tiles (dense fp8 weights). */
-static int meta_exists(weight_source *src, const char *name, int64_t *rows);
-
 static int attach_scale(weight_source *src, dsv41_model *m, const char *name, weight *w) {
     if (w->type != DT_E4M3 || !name_ends(name, ".weight")) return 0;
     char sname[200];
@@ -108,20 +120,6 @@ static int attach_scale(weight_source *src, dsv41_model *m, const char *name, we
     w->scale = s.data;
     w->scale_rows = srows == w->rows ? 1 : 32;
     return 0;
-}
-
-/* ---- the golden's weights_meta */
-typedef struct {
-    weight_source base;
-    const json *meta;
-    uint8_t *used; /* [meta->len] */
-} meta_source;
-
-static int meta_exists(weight_source *src, const char *name, int64_t *rows) {
-    const json *e = json_get(((meta_source *)src)->meta, name), *sh = json_get(e, "shape");
-    if (!sh || sh->type != JSON_ARR || sh->len < 1) return 0;
-    *rows = json_i64(&sh->items[0]);
-    return 1;
 }
 
 static int meta_load(weight_source *src, dsv41_model *m, const char *name, int32_t ndim, const int64_t *shape, weight *w) {
