@@ -19,9 +19,15 @@
 typedef void (*rows_fn)(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
                         int64_t xstride, float *y, int64_t ystride);
 
+/* act_quant(x, 32, ue8m0) as the quant kernels want their input: per block of 32 of x [n],
+ * s[b] = pow2_ceil(max(amax, 1e-4) / 448) and q[i] = e4m3(clamp(x[i] / s, +-448)) as f32. Every
+ * set gives the scalar set's bits (non-finite blocks and the last partial block may go to it). */
+typedef void (*act_quant_fn)(const float *x, int64_t n, float *q, float *s);
+
 typedef struct {
     const char *name;
     rows_fn dense, quant;
+    act_quant_fn act_quant;
 } kernel_set;
 
 extern const kernel_set kernels_scalar;

@@ -9,6 +9,7 @@
  * Inputs outside the exact range and NaN weight codes go to the scalar kernel. */
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -579,6 +580,49 @@ TGT static void avx2_quant(const weight *w, int64_t r0, int64_t r1, const float 
     }
 }
 
-const kernel_set kernels_avx2 = {"avx2", avx2_dense, avx2_quant};
+/* ================================================================ act_quant
+ * as in kernels_avx512.c: (|v| + C) - C with C = 1.5 * 2^(e+20) rounds to the e4m3 grid */
+
+/* |v| <= 448 on the e4m3 grid, with v's sign */
+INL __m256 e4m3_round(__m256 v) {
+    const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u));
+    __m256 a = _mm256_andnot_ps(sign, v);
+    __m256i e = _mm256_and_si256(_mm256_castps_si256(a), _mm256_set1_epi32(0x7F800000));
+    e = _mm256_max_epi32(e, _mm256_set1_epi32(121 << 23)); /* 2^-6: the subnormal grid below */
+    __m256 c = _mm256_castsi256_ps(_mm256_or_si256(_mm256_add_epi32(e, _mm256_set1_epi32(20 << 23)),
+                                                   _mm256_set1_epi32(0x00400000)));
+    __m256 r = _mm256_sub_ps(_mm256_add_ps(a, c), c);
+    return _mm256_or_ps(r, _mm256_and_ps(v, sign));
+}
+
+TGT static void avx2_act_quant(const float *x, int64_t n, float *q, float *s) {
+    const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u));
+    const __m256 inf = _mm256_set1_ps(INFINITY), lim = _mm256_set1_ps(448.0f), nlim = _mm256_set1_ps(-448.0f);
+    int64_t b = 0;
+    for (; b + 32 <= n; b += 32) {
+        __m256 v[4], a = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + b + 8 * k);
+            __m256 ak = _mm256_andnot_ps(sign, v[k]);
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps(ak, inf, _CMP_NLT_UQ));
+            a = _mm256_max_ps(a, ak);
+        }
+        if (_mm256_movemask_ps(bad)) { /* a NaN or an infinity: the scalar set's bits */
+            kernels_scalar.act_quant(x + b, 32, q + b, s + b / 32);
+            continue;
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+        float sc = pow2_ceil(fmaxf(_mm_cvtss_f32(m4), 1e-4f) * (1.0f / 448.0f));
+        s[b / 32] = sc;
+        __m256 inv = _mm256_set1_ps(1.0f / sc); /* exact: sc is a power of two in [2^-22, 2^120] */
+        for (int k = 0; k < 4; k++)
+            _mm256_storeu_ps(q + b + 8 * k, e4m3_round(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v[k], inv), nlim), lim)));
+    }
+    if (b < n) kernels_scalar.act_quant(x + b, n - b, q + b, s + b / 32);
+}
+
+const kernel_set kernels_avx2 = {"avx2", avx2_dense, avx2_quant, avx2_act_quant};
 
 #endif

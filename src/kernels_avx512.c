@@ -19,6 +19,7 @@
  * does not depend on the tile or the token count, so results do not depend on row splits). */
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 
 #include "kernels.h"
@@ -602,6 +603,47 @@ INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_
     return _mm512_cmpeq_epi8_mask(nan, _mm512_set1_epi8((char)0xFF)) == 0;
 }
 
+/* ================================================================ act_quant
+ *
+ * Rounding to the e4m3 grid is one add and one subtract: for |v| in [2^e, 2^(e+1)) the grid
+ * step is 2^(e-3) (2^-9 below 2^-6), and adding C = 1.5 * 2^(e+20) leaves exactly that step
+ * as the ulp, so (|v| + C) - C rounds to nearest even like f32_to_e4m3. The sign is put back
+ * afterwards so that values rounding to zero keep it. */
+
+/* |v| <= 448 on the e4m3 grid, with v's sign */
+INL __m512 e4m3_round(__m512 v) {
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    __m512 a = _mm512_abs_ps(v);
+    __m512i e = _mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x7F800000));
+    e = _mm512_max_epi32(e, _mm512_set1_epi32(121 << 23)); /* 2^-6: the subnormal grid below */
+    __m512 c = _mm512_castsi512_ps(_mm512_or_si512(_mm512_add_epi32(e, _mm512_set1_epi32(20 << 23)),
+                                                   _mm512_set1_epi32(0x00400000)));
+    __m512 r = _mm512_sub_ps(_mm512_add_ps(a, c), c);
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), _mm512_and_si512(_mm512_castps_si512(v), sign)));
+}
+
+TGT static void avx512_act_quant(const float *x, int64_t n, float *q, float *s) {
+    const __m512 inf = _mm512_set1_ps(INFINITY), lim = _mm512_set1_ps(448.0f);
+    int64_t b = 0;
+    for (; b + 32 <= n; b += 32) {
+        __m512 v0 = _mm512_loadu_ps(x + b), v1 = _mm512_loadu_ps(x + b + 16);
+        __m512 a = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1));
+        /* a NaN or an infinity: the scalar set's bits */
+        if (_mm512_cmp_ps_mask(_mm512_abs_ps(v0), inf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(_mm512_abs_ps(v1), inf, _CMP_NLT_UQ)) {
+            kernels_scalar.act_quant(x + b, 32, q + b, s + b / 32);
+            continue;
+        }
+        float sc = pow2_ceil(fmaxf(_mm512_reduce_max_ps(a), 1e-4f) * (1.0f / 448.0f));
+        s[b / 32] = sc;
+        __m512 inv = _mm512_set1_ps(1.0f / sc); /* exact: sc is a power of two in [2^-22, 2^120] */
+        v0 = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v0, inv), _mm512_sub_ps(_mm512_setzero_ps(), lim)), lim);
+        v1 = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v1, inv), _mm512_sub_ps(_mm512_setzero_ps(), lim)), lim);
+        _mm512_storeu_ps(q + b, e4m3_round(v0));
+        _mm512_storeu_ps(q + b + 16, e4m3_round(v1));
+    }
+    if (b < n) kernels_scalar.act_quant(x + b, n - b, q + b, s + b / 32);
+}
+
 /* ================================================================ quant driver */
 
 TGT static void avx512_quant(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
@@ -678,6 +720,6 @@ TGT static void avx512_quant(const weight *w, int64_t r0, int64_t r1, const floa
     }
 }
 
-const kernel_set kernels_avx512 = {"avx512", avx512_dense, avx512_quant};
+const kernel_set kernels_avx512 = {"avx512", avx512_dense, avx512_quant, avx512_act_quant};
 
 #endif

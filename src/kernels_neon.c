@@ -262,6 +262,42 @@ static void neon_quant(const weight *w, int64_t r0, int64_t r1, const float *x, 
     }
 }
 
-const kernel_set kernels_neon = {"neon", neon_dense, neon_quant};
+/* act_quant: (|v| + C) - C with C = 1.5 * 2^(e+20) rounds |v| in [2^e, 2^(e+1)) to the e4m3
+ * grid (step 2^(e-3), 2^-9 below 2^-6) to nearest even; the sign goes back on afterwards so
+ * that values rounding to zero keep it. */
+static inline float32x4_t e4m3_round(float32x4_t v) {
+    uint32x4_t a = vandq_u32(vreinterpretq_u32_f32(v), vdupq_n_u32(0x7FFFFFFFu));
+    uint32x4_t e = vmaxq_u32(vandq_u32(a, vdupq_n_u32(0x7F800000u)), vdupq_n_u32(121u << 23));
+    float32x4_t c = vreinterpretq_f32_u32(vorrq_u32(vaddq_u32(e, vdupq_n_u32(20u << 23)), vdupq_n_u32(0x00400000u)));
+    float32x4_t r = vsubq_f32(vaddq_f32(vreinterpretq_f32_u32(a), c), c);
+    uint32x4_t sign = vandq_u32(vreinterpretq_u32_f32(v), vdupq_n_u32(0x80000000u));
+    return vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(r), sign));
+}
+
+static void neon_act_quant(const float *x, int64_t n, float *q, float *s) {
+    const float32x4_t lim = vdupq_n_f32(448.0f), nlim = vdupq_n_f32(-448.0f);
+    int64_t b = 0;
+    for (; b + 32 <= n; b += 32) {
+        float32x4_t v[8], a = vdupq_n_f32(0.0f);
+        uint32x4_t finite = vdupq_n_u32(0xFFFFFFFFu);
+        for (int k = 0; k < 8; k++) {
+            v[k] = vld1q_f32(x + b + 4 * k);
+            float32x4_t ak = vabsq_f32(v[k]);
+            finite = vandq_u32(finite, vcltq_f32(ak, vdupq_n_f32(INFINITY))); /* false for NaN too */
+            a = vmaxq_f32(a, ak);
+        }
+        if (vminvq_u32(finite) == 0) { /* a NaN or an infinity: the scalar set's bits */
+            kernels_scalar.act_quant(x + b, 32, q + b, s + b / 32);
+            continue;
+        }
+        float sc = pow2_ceil(fmaxf(vmaxvq_f32(a), 1e-4f) * (1.0f / 448.0f));
+        s[b / 32] = sc;
+        float32x4_t inv = vdupq_n_f32(1.0f / sc); /* exact: sc is a power of two in [2^-22, 2^120] */
+        for (int k = 0; k < 8; k++) vst1q_f32(q + b + 4 * k, e4m3_round(vminq_f32(vmaxq_f32(vmulq_f32(v[k], inv), nlim), lim)));
+    }
+    if (b < n) kernels_scalar.act_quant(x + b, n - b, q + b, s + b / 32);
+}
+
+const kernel_set kernels_neon = {"neon", neon_dense, neon_quant, neon_act_quant};
 
 #endif

@@ -1,4 +1,6 @@
 /* kernels_scalar.c - the reference kernels: plain loops, one element at a time. */
+#include <math.h>
+
 #include "kernels.h"
 #include "numerics.h"
 
@@ -38,4 +40,19 @@ static void scalar_quant(const weight *w, int64_t r0, int64_t r1, const float *x
         }
 }
 
-const kernel_set kernels_scalar = {"scalar", scalar_dense, scalar_quant};
+static void scalar_act_quant(const float *x, int64_t n, float *q, float *s) {
+    for (int64_t b = 0; b < n; b += 32) {
+        int64_t e = b + 32 < n ? b + 32 : n;
+        float amax = 0.0f;
+        for (int64_t i = b; i < e; i++) amax = fmaxf(amax, fabsf(x[i]));
+        float sc = pow2_ceil(fmaxf(amax, 1e-4f) * (1.0f / 448.0f));
+        s[b / 32] = sc;
+        for (int64_t i = b; i < e; i++) {
+            float v = x[i] / sc;
+            v = v < -448.0f ? -448.0f : v > 448.0f ? 448.0f : v;
+            q[i] = e4m3_to_f32(f32_to_e4m3(v));
+        }
+    }
+}
+
+const kernel_set kernels_scalar = {"scalar", scalar_dense, scalar_quant, scalar_act_quant};

@@ -5,7 +5,6 @@
  * quantizes the activation per 32-block to e4m3 with a power-of-two scale (act_quant), sums
  * exact products per 32-block, scales each block partial by both scales and adds the blocks in
  * increasing order, then rounds to bf16. */
-#include <math.h>
 #include <stdlib.h>
 
 #include "kernels.h"
@@ -35,22 +34,6 @@ float weight_raw(const weight *w, int64_t r, int64_t c) {
 float weight_get(const weight *w, int64_t r, int64_t c) {
     float v = weight_raw(w, r, c);
     return w->scale ? v * weight_block_scale(w, r, c / 32) : v;
-}
-
-/* act_quant(x, 32, ue8m0) in GEMM mode: q holds the e4m3 values (as f32), s one scale per block. */
-static void act_quant_blocks(const float *x, int64_t n, float *q, float *s) {
-    for (int64_t b = 0; b < n; b += 32) {
-        int64_t e = b + 32 < n ? b + 32 : n;
-        float amax = 0.0f;
-        for (int64_t i = b; i < e; i++) amax = fmaxf(amax, fabsf(x[i]));
-        float sc = pow2_ceil(fmaxf(amax, 1e-4f) * (1.0f / 448.0f));
-        s[b / 32] = sc;
-        for (int64_t i = b; i < e; i++) {
-            float v = x[i] / sc;
-            v = v < -448.0f ? -448.0f : v > 448.0f ? 448.0f : v;
-            q[i] = e4m3_to_f32(f32_to_e4m3(v));
-        }
-    }
 }
 
 static const kernel_set *active;
@@ -87,7 +70,7 @@ void linear_rows(const weight *w, int64_t row0, int64_t n, const float *x, int64
     if (quant) { /* the activation is quantized once per token, before the rows are split */
         int64_t nb = (w->cols + 31) / 32;
         float *q = scratch_f32(T * w->cols), *s = scratch_f32(T * nb);
-        for (int64_t t = 0; t < T; t++) act_quant_blocks(x + t * xstride, w->cols, q + t * w->cols, s + t * nb);
+        for (int64_t t = 0; t < T; t++) k->act_quant(x + t * xstride, w->cols, q + t * w->cols, s + t * nb);
         j.x = q;
         j.xs = s;
         j.xstride = w->cols;

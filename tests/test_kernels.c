@@ -258,6 +258,36 @@ static void test_outside(const kernel_set *k) {
     free_guarded();
 }
 
+/* The set's act_quant gives the reference's scales and values bit for bit (NaN for NaN). */
+static void test_act_quant(const kernel_set *k) {
+    static const int64_t ns[] = {1, 7, 31, 32, 33, 64, 95, 1000, 2048};
+    /* grid ties after the scale of 1 that 448 gives: even mantissas win, in both ranges */
+    static const float ties[] = {448.0f,          1.0625f,          1.1875f,        -1.1875f,      2.5f * 0x1p-9f,
+                                 3.5f * 0x1p-9f,  7.5f * 0x1p-9f,   0.5f * 0x1p-9f, -0.5f * 0x1p-9f, 0x1p-130f,
+                                 -0.0f,           15.75f * 0x1p-6f, 460.0f,         -1e30f,        240.0f};
+    int bad = 0;
+    for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+        const int64_t n = ns[ni], nb = (n + 31) / 32;
+        for (int pass = 0; pass < 3; pass++) {
+            float *x = guarded((size_t)n * sizeof(float)), *q = guarded((size_t)n * sizeof(float));
+            float *s = guarded((size_t)nb * sizeof(float)), *qr = guarded((size_t)n * sizeof(float));
+            float *sr = guarded((size_t)nb * sizeof(float));
+            for (int64_t i = 0; i < n; i++) x[i] = wild();
+            if (pass == 1) /* ties, in the first block and spread over the rest */
+                for (int64_t i = 0; i < n; i++)
+                    if (i < 15 || rnd() % 4 == 0) x[i] = ties[(i < 15 ? i : (int64_t)(rnd() % 15))];
+            if (pass == 2) /* non-finite values and extremes here and there */
+                for (int64_t i = 0; i < n; i += 37) x[i] = (float[]){NAN, INFINITY, -INFINITY, 3e38f, 0x1p-149f}[rnd() % 5];
+            k->act_quant(x, n, q, s);
+            act_quant(x, n, qr, sr);
+            for (int64_t b = 0; b < nb; b++) bad += memcmp(&s[b], &sr[b], sizeof(float)) != 0 && !(isnan(s[b]) && isnan(sr[b]));
+            for (int64_t i = 0; i < n; i++) bad += memcmp(&q[i], &qr[i], sizeof(float)) != 0 && !(isnan(q[i]) && isnan(qr[i]));
+            free_guarded();
+        }
+    }
+    CHECK(bad == 0, "%s act_quant equals the reference bit for bit (%d differences)", k->name, bad);
+}
+
 int main(void) {
     static const char *const names[] = {"avx2", "avx512", "neon"};
     int ran = 0;
@@ -270,6 +300,7 @@ int main(void) {
         printf("kernel set %s\n", k->name);
         test_set(k);
         test_outside(k);
+        test_act_quant(k);
         ran++;
     }
     CHECK(kernels_find("scalar") == &kernels_scalar && kernels_find("nonesuch") == NULL, "kernels_find");
