@@ -47,13 +47,16 @@ static double triad_gbps(void) {
     return 24.0 * (double)n / best / 1e9;
 }
 
-/* 12 independent FMA chains per thread, in the widest vectors the CPU has */
+/* 12 independent FMA chains per thread, in the widest vectors the CPU has. The inner loops are
+ * unrolled so the chains live in registers: through memory, a store-to-load round trip per FMA
+ * would measure the store forwarding, not the FMA units. */
 #define FMA_ITERS 20000000LL
 #if defined(__x86_64__)
 __attribute__((target("avx512f"))) static float fma_avx512(void) {
     __m512 acc[12], m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-7f);
     for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_ps((float)i);
     for (long long it = 0; it < FMA_ITERS; it++)
+#pragma GCC unroll 12
         for (int i = 0; i < 12; i++) acc[i] = _mm512_fmadd_ps(acc[i], m, a);
     float s = 0;
     for (int i = 0; i < 12; i++) s += _mm512_reduce_add_ps(acc[i]);
@@ -64,6 +67,7 @@ __attribute__((target("avx2,fma"))) static float fma_avx2(void) {
     __m256 acc[12], m = _mm256_set1_ps(0.999999f), a = _mm256_set1_ps(1e-7f);
     for (int i = 0; i < 12; i++) acc[i] = _mm256_set1_ps((float)i);
     for (long long it = 0; it < FMA_ITERS; it++)
+#pragma GCC unroll 12
         for (int i = 0; i < 12; i++) acc[i] = _mm256_fmadd_ps(acc[i], m, a);
     float out[8], s = 0;
     for (int i = 0; i < 12; i++) {
@@ -78,6 +82,7 @@ static float fma_scalar(void) {
     float acc[12], s = 0;
     for (int i = 0; i < 12; i++) acc[i] = (float)i;
     for (long long it = 0; it < FMA_ITERS; it++)
+#pragma GCC unroll 12
         for (int i = 0; i < 12; i++) acc[i] = fmaf(acc[i], 0.999999f, 1e-7f);
     for (int i = 0; i < 12; i++) s += acc[i];
     return s;
