@@ -11,9 +11,10 @@
 static int usage(void) {
     fprintf(stderr,
             "usage: dsv41 <command> [options]\n"
-            "  check GOLDEN.json [-m DIR]  run a golden file's regimes and compare every capture\n"
+            "  check GOLDEN.json [-m DIR] [-t N]\n"
+            "                              run a golden file's regimes and compare every capture\n"
             "                              (weights from the checkpoint DIR instead of the golden's filler)\n"
-            "  run [-m DIR] --ids A,B,C [-n N]\n"
+            "  run [-m DIR] --ids A,B,C [-n N] [-t N]\n"
             "                              prefill the ids, decode N tokens greedily (built-in tiny model by default)\n"
             "  run -m DIR -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p M] [--seed S]\n"
             "      [--think low|high|max|N] [--system TEXT] [--stop STR] [-t THREADS]\n"
@@ -26,7 +27,10 @@ static int usage(void) {
             "  inspect DIR                 config, layer roles, tensor bytes per dtype, bytes read per decoded token\n"
             "  tokenize --tokenizer FILE [--added ADDED.json] [--special] TEXT\n"
             "                              print the token ids of TEXT as a JSON array\n"
-            "  render --chat CASE.json     print the DeepSeek-V4.1 prompt of a chat case (no newline added)\n");
+            "  render --chat CASE.json     print the DeepSeek-V4.1 prompt of a chat case (no newline added)\n"
+            "  bench -m DIR [-t N] [--json]\n"
+            "                              prefill and decode speed against the measured triad bandwidth and FMA peak\n"
+            "-t N sets the worker threads (default: one per core); results do not depend on it.\n");
     return 2;
 }
 
@@ -35,14 +39,29 @@ static int fail(const char *what) {
     return 1;
 }
 
+/* "-t N": N threads in [1, 256]; returns N, or 0 after printing what is wrong */
+static int32_t parse_threads(const char *v) {
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (end == v || *end || errno || n < 1 || n > 256) {
+        fprintf(stderr, "dsv41: -t wants a thread count from 1 to 256, not '%s'\n", v);
+        return 0;
+    }
+    return (int32_t)n;
+}
+
 static int cmd_check(int argc, char **argv) {
     const char *golden = NULL, *dir = NULL;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc) dir = argv[++i];
-        else if (!golden && argv[i][0] != '-') golden = argv[i];
-        else { fprintf(stderr, "usage: dsv41 check GOLDEN.json [-m DIR]\n"); return 2; }
+        else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
+            int32_t t = parse_threads(argv[++i]);
+            if (!t || dsv41_set_threads(t)) return 2;
+        } else if (!golden && argv[i][0] != '-') golden = argv[i];
+        else { fprintf(stderr, "usage: dsv41 check GOLDEN.json [-m DIR] [-t N]\n"); return 2; }
     }
-    if (!golden) { fprintf(stderr, "usage: dsv41 check GOLDEN.json [-m DIR]\n"); return 2; }
+    if (!golden) { fprintf(stderr, "usage: dsv41 check GOLDEN.json [-m DIR] [-t N]\n"); return 2; }
     dsv41_golden *g = dsv41_golden_load(golden);
     if (!g) return fail(dsv41_error());
     dsv41_model *m = dir ? dsv41_model_load(dir) : dsv41_model_from_golden(g);
@@ -97,8 +116,9 @@ static int cmd_bench(int argc, char **argv) {
     int json = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc) dir = argv[++i];
-        else if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = (int32_t)atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
+            if (!(threads = parse_threads(argv[++i]))) return 2;
+        } else if (!strcmp(argv[i], "--json")) json = 1;
         else { fprintf(stderr, "usage: dsv41 bench -m DIR [-t N] [--json]\n"); return 2; }
     }
     if (!dir) { fprintf(stderr, "usage: dsv41 bench -m DIR [-t N] [--json]\n"); return 2; }
@@ -162,6 +182,9 @@ static int cmd_run(int argc, char **argv) {
             char *end;
             n_new = strtol(argv[++i], &end, 10);
             if (*end || n_new < 0) return fail("run: -n wants a non-negative integer");
+        } else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
+            int32_t t = parse_threads(argv[++i]);
+            if (!t || dsv41_set_threads(t)) return 2;
         } else {
             fprintf(stderr, "dsv41: run: unknown argument '%s'\n", argv[i]);
             return 2;

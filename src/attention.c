@@ -15,6 +15,7 @@
 
 #include "model.h"
 #include "numerics.h"
+#include "pool.h"
 #include "scratch.h"
 
 static int rope_table_init(dsv41_model *m, rope_table *rt, float base, int yarn) {
@@ -70,39 +71,71 @@ void rope_apply(const rope_table *rt, float *x, int64_t row_len, int32_t rope_di
     }
 }
 
-/* q [T][H][D], kv [rows][D], sink [H], idx [T][width] (-1: none) -> o [T][H][D] bf16.
- * softmax over the picked rows with the sink in the max and the denominator only. */
-static void sparse_attn(const float *q, const float *kv, const float *sink, const int32_t *idx, int64_t T, int32_t H,
-                        int32_t D, int32_t width, float scale, float *o, float *score) {
-    for (int64_t t = 0; t < T; t++) {
-        const int32_t *ids = idx + t * width;
-        for (int32_t h = 0; h < H; h++) {
-            const float *qv = q + (t * H + h) * D;
-            float mx = sink[h];
-            for (int32_t j = 0; j < width; j++) {
-                if (ids[j] < 0) { score[j] = -INFINITY; continue; }
-                const float *k = kv + (int64_t)ids[j] * D;
-                float dot = 0.0f;
-                for (int32_t d = 0; d < D; d++) dot += qv[d] * k[d];
-                score[j] = dot * scale;
-                mx = fmaxf(mx, score[j]);
-            }
-            float denom = expf(sink[h] - mx);
-            for (int32_t j = 0; j < width; j++) {
-                score[j] = expf(score[j] - mx);
-                denom += score[j];
-            }
-            float *ov = o + (t * H + h) * D;
-            memset(ov, 0, (size_t)D * sizeof *ov);
-            for (int32_t j = 0; j < width; j++) {
-                if (ids[j] < 0) continue;
-                float p = score[j] / denom;
-                const float *k = kv + (int64_t)ids[j] * D;
-                for (int32_t d = 0; d < D; d++) ov[d] += p * k[d];
-            }
-            for (int32_t d = 0; d < D; d++) ov[d] = bf16_round(ov[d]);
+/* a . b over n in 16 interleaved f32 partial sums added pairwise at the end. The order is
+ * fixed by this code, not by the instruction set: compilers turn the lanes into whatever
+ * vectors the target has (SSE2, AVX, NEON) without reassociating, so every build gives the
+ * same bits, and the per-lane sums run in parallel instead of one long dependent chain. */
+static float dot_lanes(const float *a, const float *b, int32_t n) {
+    float s[16] = {0};
+    int32_t i = 0;
+    for (; i + 16 <= n; i += 16)
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) s[j] += a[i + j] * b[i + j];
+    for (int j = 0; i + j < n; j++) s[j] += a[i + j] * b[i + j];
+    for (int w = 8; w > 0; w /= 2)
+        for (int j = 0; j < w; j++) s[j] += s[j + w];
+    return s[0];
+}
+
+typedef struct {
+    const float *q, *kv, *sink;
+    const int32_t *idx;
+    int32_t H, D, width;
+    float scale, *o;
+} attn_job;
+
+/* (token, head) pairs [b, e): softmax over the picked rows with the sink in the max and the
+ * denominator only. Each pair is computed the same way whichever thread takes it. */
+static void attn_range(void *ctx, int64_t b, int64_t e) {
+    const attn_job *j = ctx;
+    const int32_t D = j->D, width = j->width;
+    scratch_mark mark = scratch_begin();
+    float *score = scratch_f32(width);
+    for (int64_t th = b; th < e; th++) {
+        const int64_t t = th / j->H;
+        const int32_t h = (int32_t)(th % j->H);
+        const int32_t *ids = j->idx + t * width;
+        const float *qv = j->q + th * D;
+        float mx = j->sink[h];
+        for (int32_t k = 0; k < width; k++) {
+            if (ids[k] < 0) { score[k] = -INFINITY; continue; }
+            score[k] = dot_lanes(qv, j->kv + (int64_t)ids[k] * D, D) * j->scale;
+            mx = fmaxf(mx, score[k]);
         }
+        float denom = expf(j->sink[h] - mx);
+        for (int32_t k = 0; k < width; k++) {
+            score[k] = expf(score[k] - mx);
+            denom += score[k];
+        }
+        float *ov = j->o + th * D;
+        memset(ov, 0, (size_t)D * sizeof *ov);
+        for (int32_t k = 0; k < width; k++) {
+            if (ids[k] < 0) continue;
+            float p = score[k] / denom;
+            const float *kr = j->kv + (int64_t)ids[k] * D;
+            for (int32_t d = 0; d < D; d++) ov[d] += p * kr[d];
+        }
+        for (int32_t d = 0; d < D; d++) ov[d] = bf16_round(ov[d]);
     }
+    scratch_end(mark);
+}
+
+/* q [T][H][D], kv [rows][D], sink [H], idx [T][width] (-1: none) -> o [T][H][D] bf16, split
+ * over the pool by (token, head) */
+static void sparse_attn(const float *q, const float *kv, const float *sink, const int32_t *idx, int64_t T, int32_t H,
+                        int32_t D, int32_t width, float scale, float *o) {
+    attn_job j = {q, kv, sink, idx, H, D, width, scale, o};
+    pool_run(T * H, 1, attn_range, &j);
 }
 
 /* Write this call's KV rows into the ring and return the rows attention reads: the chunk
@@ -145,7 +178,6 @@ void attention(dsv41_session *s, int32_t l, const float *x, int64_t T, float *ou
     scratch_mark mark = scratch_begin();
     float *qr = scratch_f32(T * c->q_lora_rank), *q = scratch_f32(T * H * hd), *kv = scratch_f32(T * hd);
     float *rows = scratch_f32((wrows + clen) * hd), *o = scratch_f32(T * H * hd), *og = scratch_f32(T * G * orank);
-    float *score = scratch_f32(stride);
     int32_t *idx = scratch_i32(T * stride);
 
     float *tmp = scratch_f32(T * (c->q_lora_rank > hd ? c->q_lora_rank : hd));
@@ -187,13 +219,17 @@ void attention(dsv41_session *s, int32_t l, const float *x, int64_t T, float *ou
     trace_f32(tr, rows, 3, (int64_t[]){1, nrows + clen, hd}, "L%d.sa_kv", l);
     trace_i32(tr, idx, 3, (int64_t[]){1, T, width}, "L%d.sa_topk_idxs", l);
 
-    sparse_attn(q, rows, L->attn_sink, idx, T, H, hd, width, powf((float)hd, -0.5f), o, score);
+    sparse_attn(q, rows, L->attn_sink, idx, T, H, hd, width, powf((float)hd, -0.5f), o);
     trace_f32(tr, o, 4, (int64_t[]){1, T, H, hd}, "L%d.sa_o", l);
     for (int64_t t = 0; t < T; t++)
         for (int32_t h = 0; h < H; h++) rope_apply(rt, o + (t * H + h) * hd, hd, rd, pos + t, 1);
-    for (int64_t t = 0; t < T; t++)
-        for (int32_t g = 0; g < G; g++)
-            linear_rows(&L->wo_a, (int64_t)g * orank, orank, o + t * H * hd + g * gw, 1, gw, og + (t * G + g) * orank);
+    /* wo_a is block-diagonal: group g's rows see only group g's slice of every head row */
+    float *part = scratch_f32(T * orank);
+    for (int32_t g = 0; g < G; g++) {
+        linear_rows(&L->wo_a, (int64_t)g * orank, orank, o + g * gw, T, (int64_t)H * hd, part);
+        for (int64_t t = 0; t < T; t++)
+            memcpy(og + (t * G + g) * orank, part + t * orank, (size_t)orank * sizeof *part);
+    }
     linear(&L->wo_b, og, T, out);
     scratch_end(mark);
 }

@@ -11,6 +11,16 @@ out=$(./dsv41 check "$golden"); rc=$?
 last=$(printf '%s\n' "$out" | tail -n 1)
 [ $rc -eq 0 ] && [ "$last" = "443 passed, 0 failed" ] && ok || bad "check on the golden: rc=$rc, '$last'"
 
+# the fast kernels and the pool at 1 and several threads
+for t in 1 2 3; do
+    last=$(./dsv41 check "$golden" -t $t | tail -n 1)
+    [ "$last" = "443 passed, 0 failed" ] && ok || bad "check on the golden at -t $t: '$last'"
+done
+for t in 0 257 x; do
+    err=$(./dsv41 check "$golden" -t $t 2>&1 >/dev/null); rc=$?
+    [ $rc -eq 2 ] && [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] && ok || bad "check -t $t: rc=$rc, '$err'"
+done
+
 # goldens of another geometry, batch sizes and decode counts, written by the independent numpy
 # reference; each input set was chosen robust by its order-sensitivity check (--require-robust)
 PY=python3
