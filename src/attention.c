@@ -117,13 +117,26 @@ static void attn_range(void *ctx, int64_t b, int64_t e) {
             score[k] = expf(score[k] - mx);
             denom += score[k];
         }
+        for (int32_t k = 0; k < width; k++) score[k] = ids[k] < 0 ? 0.0f : score[k] / denom;
+        /* o = sum_k p_k kv[ids[k]], in increasing k per element, 16 elements at a time in a
+         * local array so the lanes stay in registers */
         float *ov = j->o + th * D;
-        memset(ov, 0, (size_t)D * sizeof *ov);
-        for (int32_t k = 0; k < width; k++) {
-            if (ids[k] < 0) continue;
-            float p = score[k] / denom;
-            const float *kr = j->kv + (int64_t)ids[k] * D;
-            for (int32_t d = 0; d < D; d++) ov[d] += p * kr[d];
+        for (int32_t d0 = 0; d0 < D; d0 += 16) {
+            float acc[16] = {0};
+            if (d0 + 16 <= D) {
+                for (int32_t k = 0; k < width; k++) {
+                    if (ids[k] < 0) continue;
+                    const float *kr = j->kv + (int64_t)ids[k] * D + d0;
+#pragma GCC unroll 16
+                    for (int i = 0; i < 16; i++) acc[i] += score[k] * kr[i];
+                }
+            } else {
+                for (int32_t k = 0; k < width; k++) {
+                    if (ids[k] < 0) continue;
+                    for (int32_t i = 0; i < D - d0; i++) acc[i] += score[k] * j->kv[(int64_t)ids[k] * D + d0 + i];
+                }
+            }
+            for (int32_t i = 0; i < 16 && d0 + i < D; i++) ov[d0 + i] = acc[i];
         }
         for (int32_t d = 0; d < D; d++) ov[d] = bf16_round(ov[d]);
     }
