@@ -244,11 +244,14 @@ typedef struct {
     float xs[FP4_CHUNK / 4][16];
 } fp4_prep;
 
-/* fp8 (see the fp8 section): [superblock][half][dword][byte][lane] = 2^112 x, and the input
- * scales in lane order */
+enum { FP8V_CHUNK = 64 }; /* blocks of 32 per prepared fp8 chunk: 2048 inputs, 12 KB per token */
+
+/* fp8 (see the fp8 section), per superblock of 16 blocks: the digits of k = 512x and of -k
+ * in the weights' transposed byte order [half][s][digit: k0, k1, k2, -k0, -k1, -k2][byte], and
+ * the input scales in lane order */
 typedef struct {
-    _Alignas(64) float x[FP8_CHUNK / 16][2][4][4][16]; /* [superblock][half][dword][byte][lane] = 2^112 x */
-    float xs[FP8_CHUNK / 16][16]; /* input scales, lane order */
+    _Alignas(64) int8_t x[FP8V_CHUNK / 16][2][4][6][64];
+    float xs[FP8V_CHUNK / 16][16];
 } fp8_prep;
 
 /* one token's prepared input, of either kind */
@@ -352,52 +355,42 @@ INL void fp4_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t ng, int64_t 
 
 /* ================================================================ quant, fp8
  *
- * Lanes hold blocks, not elements, so no block needs a horizontal sum. A superblock is 16
- * blocks (512 bytes of a row) loaded as 8 vectors; an in-lane 4x4 transpose of dwords gives 4
- * vectors per half in which every dword lane stays within one half-block. Each byte becomes the
- * f32 pattern sign | e,m << 20, the e4m3 value times 2^-120 (subnormal for small codes), by
- * 16-bit arithmetic shifts and a mask; inputs are prepared as 2^112 x in the same lane order,
- * so each product is p' = 2^-8 w x, exact. Every p' is split exactly into h + l with
- * t = fma(w, x, M), M = 1.5 * 2^15, h = t - M (a multiple of 2^-8, |p'| < 2^14) and
- * l = fma(w, x, -h) (|l| <= 2^-9, a multiple of 2^-26); the bit patterns of t are summed as
- * integers (sum h * 2^8) and the l in f32 (under 2^22 units), both exactly, so a block's sum
- * w.x = H + 256 L is rounded once when the two are added. This needs |x| <= 512 and x a
- * multiple of 2^-9, which every e4m3 value is. */
+ * Integer dot products. In units of 2^-10 a weight's magnitude is an integer below 2^19 and
+ * in units of 2^-9 an input is an integer k with |k| <= 2^18, so a block's sum is an integer
+ * below 2^43 (exact in f64) that one conversion rounds to f32 as the reference does. The weight
+ * magnitude's three base-256 digits come from 64-entry byte tables indexed by the code's low 6
+ * bits (3 exponent, 3 mantissa bits); the high exponent bit only moves the digits one place up
+ * (times 256). The weight's sign selects, per byte, the digits of k or of -k, which the input
+ * preparation stores side by side, so VNNI's unsigned-by-signed byte products see an unsigned
+ * weight. Nine dot products (3 x 3 digits) per 64 weights are summed per block in int32 by
+ * digit order (below 2^31 by the digit bounds), joined into two int32 halves and then into the
+ * exact f64 sum.
+ *
+ * Lanes hold blocks, not elements, so no block needs a horizontal sum: a superblock is 16
+ * blocks (512 bytes of a row) loaded as 8 vectors; an in-lane 4x4 transpose of dwords gives,
+ * per half of 4 vectors, 4 vectors in which each dword lane stays within one half-block, and
+ * the inputs are prepared in the same order by the same transpose. */
+
 
 /* The block in lane l of a combined superblock result: lane 4P+m holds block 8(P/2) + 2m + P%2. */
 static const int32_t FP8_LANE_BLOCK[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
 
-/* Prepares blocks [b0, b0+nblk) of one token. Returns 0 when an input is not k/512 with
- * |k| <= 2^18. */
-INL int fp8_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0, int64_t nblk, fp8_prep *p) {
-    __mmask16 ok = 0xFFFF;
-    _Alignas(64) float tmp[512];
-    for (int64_t sb = 0; sb < (nblk + 15) / 16; sb++) {
-        const int64_t base = 32 * (b0 + 16 * sb);
-        for (int k = 0; k < 32; k++) {
-            int64_t c = base + 16 * k;
-            __m512 v = c < cols ? _mm512_maskz_loadu_ps(mask16(cols - c), xt + c) : _mm512_setzero_ps();
-            __m512 f = _mm512_mul_ps(v, _mm512_set1_ps(512.0f));
-            __m512i kk = _mm512_cvtps_epi32(f);
-            ok &= _mm512_cmp_ps_mask(_mm512_cvtepi32_ps(kk), f, _CMP_EQ_OQ) &
-                  _mm512_cmple_epu32_mask(_mm512_abs_epi32(kk), _mm512_set1_epi32(1 << 18));
-            _mm512_store_ps(tmp + 16 * k, _mm512_mul_ps(v, _mm512_set1_ps(0x1p112f)));
-        }
-        /* element 64(4G+m) + 16L + 4s + q goes to [G][s][q][4L+m] */
-        float *dst = &p->x[sb][0][0][0][0];
-        for (int G = 0; G < 2; G++)
-            for (int m = 0; m < 4; m++)
-                for (int L = 0; L < 4; L++) {
-                    const float *src = tmp + 64 * (4 * G + m) + 16 * L;
-                    for (int sq = 0; sq < 16; sq++) dst[256 * G + 16 * sq + 4 * L + m] = src[sq];
-                }
-        for (int l = 0; l < 16; l++) {
-            int64_t b = 16 * sb + FP8_LANE_BLOCK[l];
-            p->xs[sb][l] = b < nblk ? xst[b0 + b] : 0.0f;
-        }
-    }
-    return ok == 0xFFFF;
-}
+/* Digits of a code's magnitude times 1024, by its low 6 bits: exponent 1..7 gives (8+m) << e,
+ * exponent 0 (subnormal) 2m (FP8_LO, FP8_HI); with the high exponent bit set the magnitude is
+ * 256 (8+m) << e for the low exponent bits e, whose low byte is FP8_HI_LO and high byte FP8_HI. */
+/* clang-format off */
+static const uint8_t FP8_LO[64] = {
+    0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 36, 40, 44, 48, 52, 56, 60, 64, 72, 80, 88, 96,
+    104, 112, 120, 128, 144, 160, 176, 192, 208, 224, 240, 0, 32, 64, 96, 128, 160, 192, 224, 0, 64, 128, 192, 0, 64,
+    128, 192, 0, 128, 0, 128, 0, 128, 0, 128};
+static const uint8_t FP8_HI_LO[64] = {
+    8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 20, 22, 24, 26, 28, 30, 32, 36, 40, 44, 48, 52, 56, 60, 64, 72, 80, 88, 96,
+    104, 112, 120, 128, 144, 160, 176, 192, 208, 224, 240, 0, 32, 64, 96, 128, 160, 192, 224, 0, 64, 128, 192, 0, 64,
+    128, 192, 0, 128, 0, 128, 0, 128, 0, 128};
+static const uint8_t FP8_HI[64] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7};
+/* clang-format on */
 
 /* Four rows of dwords a, b, c, d -> per 128-bit lane, out[s] = [a_s, b_s, c_s, d_s] */
 INL void transpose4(__m512i a, __m512i b, __m512i c, __m512i d, __m512i out[4]) {
@@ -409,34 +402,39 @@ INL void transpose4(__m512i a, __m512i b, __m512i c, __m512i d, __m512i out[4]) 
     out[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
-/* One product vector: t = fma(f, x, M), h = t - M, l = fma(f, x, -h); H += bits(t), L += l.
- * Written out so every compiler keeps it to six instructions without copies or spills. */
-INL void fp8_step(__m512 f, const __m512 *x, __m512 M, __m512i *H, __m512 *L) {
-    __m512 t, h, xr;
-    __asm__("vmovaps %[x], %[xr]\n\t"
-            "vmovaps %[f], %[t]\n\t"
-            "vfmadd213ps %[M], %[xr], %[t]\n\t"
-            "vsubps %[M], %[t], %[h]\n\t"
-            "vpaddd %[t], %[H], %[H]\n\t"
-            "vfmsub231ps %[xr], %[f], %[h]\n\t"
-            "vaddps %[h], %[L], %[L]"
-            : [H] "+v"(*H), [L] "+v"(*L), [t] "=&v"(t), [h] "=&v"(h), [xr] "=&v"(xr)
-            : [f] "v"(f), [x] "m"(*x), [M] "v"(M));
-}
-
-/* A superblock's 16 block sums of one row from the two halves' accumulators (H: the t patterns
- * summed, L: the l), times the input scales xs and the row's scales ws, in lane order. */
-INL __m512 fp8_finish(__m512i H0, __m512i H1, __m512 L0, __m512 L1, const float *xs, __m512 ws) {
-    const __m512i bias = _mm512_set1_epi32((int)(16u * 0x47400000u)); /* 16 times the bits of M, mod 2^32 */
-    __m512i h0 = _mm512_sub_epi32(H0, bias), h1 = _mm512_sub_epi32(H1, bias);
-    h0 = _mm512_add_epi32(h0, _mm512_shuffle_i32x4(h0, h0, _MM_SHUFFLE(2, 3, 0, 1))); /* the two half-blocks */
-    h1 = _mm512_add_epi32(h1, _mm512_shuffle_i32x4(h1, h1, _MM_SHUFFLE(2, 3, 0, 1)));
-    __m512 l0 = _mm512_add_ps(L0, _mm512_shuffle_f32x4(L0, L0, _MM_SHUFFLE(2, 3, 0, 1)));
-    __m512 l1 = _mm512_add_ps(L1, _mm512_shuffle_f32x4(L1, L1, _MM_SHUFFLE(2, 3, 0, 1)));
-    __m512i hh = _mm512_shuffle_i32x4(h0, h1, _MM_SHUFFLE(2, 0, 2, 0));
-    __m512 ll = _mm512_shuffle_f32x4(l0, l1, _MM_SHUFFLE(2, 0, 2, 0));
-    __m512 part = _mm512_add_ps(_mm512_cvtepi32_ps(hh), _mm512_mul_ps(ll, _mm512_set1_ps(256.0f)));
-    return _mm512_mul_ps(_mm512_mul_ps(part, _mm512_load_ps(xs)), ws);
+/* Prepares blocks [b0, b0+nblk) of one token. Returns 0 when an input is not k/512 with
+ * |k| <= 2^18. */
+INL int fp8_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0, int64_t nblk, fp8_prep *p) {
+    __mmask16 ok = 0xFFFF;
+    _Alignas(64) int8_t nat[6][4][64]; /* one half in natural order: [digit][vector][byte] */
+    for (int64_t sb = 0; sb < (nblk + 15) / 16; sb++) {
+        for (int G = 0; G < 2; G++) {
+            const int64_t base = 32 * (b0 + 16 * sb + 8 * G);
+            for (int m = 0; m < 4; m++)
+                for (int q = 0; q < 4; q++) {
+                    int64_t c = base + 64 * m + 16 * q;
+                    __m512 v = c < cols ? _mm512_maskz_loadu_ps(mask16(cols - c), xt + c) : _mm512_setzero_ps();
+                    __m512 f = _mm512_mul_ps(v, _mm512_set1_ps(512.0f));
+                    __m512i k = _mm512_cvtps_epi32(f);
+                    ok &= _mm512_cmp_ps_mask(_mm512_cvtepi32_ps(k), f, _CMP_EQ_OQ) &
+                          _mm512_cmple_epu32_mask(_mm512_abs_epi32(k), _mm512_set1_epi32(1 << 18));
+                    to_digits(k, &nat[2][m][16 * q], &nat[1][m][16 * q], &nat[0][m][16 * q]);
+                    to_digits(_mm512_sub_epi32(_mm512_setzero_si512(), k), &nat[5][m][16 * q], &nat[4][m][16 * q],
+                              &nat[3][m][16 * q]);
+                }
+            for (int d = 0; d < 6; d++) {
+                __m512i u[4];
+                transpose4(_mm512_load_si512(nat[d][0]), _mm512_load_si512(nat[d][1]), _mm512_load_si512(nat[d][2]),
+                           _mm512_load_si512(nat[d][3]), u);
+                for (int s = 0; s < 4; s++) _mm512_store_si512(p->x[sb][G][s][d], u[s]);
+            }
+        }
+        for (int l = 0; l < 16; l++) {
+            int64_t b = 16 * sb + FP8_LANE_BLOCK[l];
+            p->xs[sb][l] = b < nblk ? xst[b0 + b] : 0.0f;
+        }
+    }
+    return ok == 0xFFFF;
 }
 
 /* Adds the first nsb blocks of 4 rows' superblock products P[row][lane] to acc, in block order. */
@@ -462,98 +460,33 @@ INL void fp8_accumulate(float P[RT][16], int64_t nsb, __m128 *acc) {
     }
 }
 
-/* The 4 f32 patterns of the bytes of u (byte q of every dword in f[q]), each e4m3 * 2^-120 */
-INL void fp8_decode(__m512i u, __m512 f[4]) {
-    const __m512i mask = _mm512_set1_epi32((int)0x87F00000u);
-    __m512i a = _mm512_srai_epi16(u, 4), b = _mm512_srai_epi16(_mm512_slli_epi16(u, 8), 4);
-    f[0] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(b, 16), mask));
-    f[1] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(a, 16), mask));
-    f[2] = _mm512_castsi512_ps(_mm512_and_si512(b, mask));
-    f[3] = _mm512_castsi512_ps(_mm512_and_si512(a, mask));
-}
-
-/* One token (decode, T = 1): the 4 rows' work is interleaved in program order, since a single
- * row's chain (load, transpose, decode, split, sums) is longer than the out-of-order window. */
-INL int fp8_tile1(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_t nblk, const uint8_t *const sp[RT],
-                  const prep_u *pp, __m128 *acc) {
-    const __m512 M = _mm512_set1_ps(49152.0f);
-    const __m512i lane_block = _mm512_loadu_si512(FP8_LANE_BLOCK);
-    const __m512i hb = _mm512_set1_epi8((char)0x80);
-    __m512i nan = _mm512_setzero_si512();
-    for (int64_t sb = 0; sb < (nblk + 15) / 16; sb++) {
-        _Alignas(64) float P[RT][16];
-        _Alignas(64) __m512i U[RT][4];
-        const int64_t nsb = imin(16, nblk - 16 * sb);
-        const int full = 512 * (sb + 1) <= bytes;
-        __m512i H[2][RT];
-        __m512 L[2][RT][2];
-#pragma GCC unroll 2
-        for (int G = 0; G < 2; G++) {
-#pragma GCC unroll 4
-            for (int i = 0; i < RT; i++) {
-                const uint8_t *row = rp[i] + 512 * sb + 256 * G;
-                __m512i z[4];
-#pragma GCC unroll 4
-                for (int m = 0; m < 4; m++) {
-                    const int64_t off = 512 * sb + 256 * G + 64 * m;
-                    _mm_prefetch((const char *)(row + 64 * m + pfd), _MM_HINT_T0);
-                    z[m] = full ? _mm512_loadu_si512(row + 64 * m)
-                                : _mm512_maskz_loadu_epi8(mask64(bytes - off), row + 64 * m);
-                    nan = _mm512_max_epu8(nan, _mm512_or_si512(z[m], hb));
-                }
-                transpose4(z[0], z[1], z[2], z[3], U[i]);
-                H[G][i] = _mm512_setzero_si512();
-                L[G][i][0] = L[G][i][1] = _mm512_setzero_ps();
-            }
-            const char *xb = (const char *)pp->p8.x[sb][G];
-            __asm__("" : "+r"(xb)); /* keeps the input addresses as offsets of one register */
-#pragma GCC unroll 4
-            for (int s = 0; s < 4; s++)
-#pragma GCC unroll 4
-                for (int i = 0; i < RT; i++) {
-                    __m512 f[4];
-                    fp8_decode(_mm512_load_si512(&U[i][s]), f);
-#pragma GCC unroll 4
-                    for (int q = 0; q < 4; q++)
-                        fp8_step(f[q], (const __m512 *)(xb + 64 * (4 * s + q)), M, &H[G][i], &L[G][i][q & 1]);
-                }
-        }
-#pragma GCC unroll 4
-        for (int i = 0; i < RT; i++) {
-            __m512 ws = e8m0_ps(_mm512_permutexvar_epi32(
-                lane_block, _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask16(nsb), sp[i] + 16 * sb))));
-            _mm512_store_ps(P[i], fp8_finish(H[0][i], H[1][i], _mm512_add_ps(L[0][i][0], L[0][i][1]),
-                                             _mm512_add_ps(L[1][i][0], L[1][i][1]), pp->p8.xs[sb], ws));
-        }
-        fp8_accumulate(P, nsb, acc);
-    }
-    return _mm512_cmpeq_epi8_mask(nan, _mm512_set1_epi8((char)0xFF)) == 0;
+/* 16 half-superblock lanes of two halves (lane 4P+m: half-block P%2 of block 2m + P/2) -> the 16
+ * blocks' sums in FP8_LANE_BLOCK order */
+INL __m512i fp8_join(__m512i h0, __m512i h1) {
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(h0, h1, _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_i32x4(h0, h1, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
 /* One tile over a chunk: rp[i] at the chunk's first byte of row i, `bytes` of it valid, nblk
- * blocks; sp[i] at row i's scale of the chunk's first block. Returns 0 if it met a NaN code. */
+ * blocks; sp[i] at row i's scale of the chunk's first block; nt (1 or 2) tokens. Returns 0 if
+ * it met a NaN code. One token keeps a separate sum per digit pair (short dependency chains);
+ * two keep one per digit order. */
 INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_t nblk, const uint8_t *const sp[RT],
                  const prep_u *pp, const int nt, __m128 acc[TT]) {
-    const __m512 M = _mm512_set1_ps(49152.0f);
+    const __m512i lo = _mm512_loadu_si512(FP8_LO), hilo = _mm512_loadu_si512(FP8_HI_LO),
+                  hi = _mm512_loadu_si512(FP8_HI);
     const __m512i lane_block = _mm512_loadu_si512(FP8_LANE_BLOCK);
-    const __m512i hb = _mm512_set1_epi8((char)0x80);
+    const __m512i hb = _mm512_set1_epi8((char)0x80), e3bit = _mm512_set1_epi8(0x40);
     __m512i nan = _mm512_setzero_si512();
     for (int64_t sb = 0; sb < (nblk + 15) / 16; sb++) {
-        _Alignas(64) float P[TT][RT][16];
+        _Alignas(64) float P[2][RT][16];
         const int64_t nsb = imin(16, nblk - 16 * sb);
         const int full = 512 * (sb + 1) <= bytes;
         for (int i = 0; i < RT; i++) {
-            /* per half and token: the t patterns summed as integers, and the l in NL f32
-             * accumulators (by byte position) so the adds are not one long dependent chain */
-            enum { NLMAX = 4 };
-            const int NL = nt == 1 ? 4 : nt == 2 ? 2 : 1;
-            __m512i H[2][TT];
-            __m512 L[2][TT][NLMAX];
+            __m512i L[2][2], M[2][2]; /* [half][token]: sum = L + 2^16 M */
 #pragma GCC unroll 2
             for (int G = 0; G < 2; G++) {
-                __m512i z[4], u[4];
-                const char *xb = (const char *)pp[0].p8.x[sb][G];
-                __asm__("" : "+r"(xb)); /* keeps the 64 input addresses as offsets of one register */
+                __m512i z[4], u[4], A[2][9];
                 const uint8_t *row = rp[i] + 512 * sb + 256 * G;
 #pragma GCC unroll 4
                 for (int m = 0; m < 4; m++) {
@@ -564,40 +497,66 @@ INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_
                     nan = _mm512_max_epu8(nan, _mm512_or_si512(z[m], hb));
                 }
                 transpose4(z[0], z[1], z[2], z[3], u);
-#pragma GCC unroll 4
-                for (int t = 0; t < nt; t++) {
-                    H[G][t] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-                    for (int k = 0; k < NL; k++) L[G][t][k] = _mm512_setzero_ps();
-                }
+#pragma GCC unroll 2
+                for (int t = 0; t < nt; t++)
+#pragma GCC unroll 9
+                    for (int k = 0; k < 9; k++) A[t][k] = _mm512_setzero_si512();
 #pragma GCC unroll 4
                 for (int s = 0; s < 4; s++) {
-                    __m512 f[4];
-                    fp8_decode(u[s], f);
-#pragma GCC unroll 4
-                    for (int q = 0; q < 4; q++)
-#pragma GCC unroll 4
-                        for (int t = 0; t < nt; t++) {
-                            fp8_step(f[q], (const __m512 *)(xb + t * sizeof(prep_u) + 64 * (4 * s + q)), M, &H[G][t],
-                                     &L[G][t][q % NL]);
-                        }
+                    const __mmask64 e3 = _mm512_test_epi8_mask(u[s], e3bit), neg = _mm512_movepi8_mask(u[s]);
+                    const __m512i h = _mm512_permutexvar_epi8(u[s], hi);
+                    const __m512i d[3] = {_mm512_maskz_permutexvar_epi8(~e3, u[s], lo),
+                                          _mm512_mask_permutexvar_epi8(h, e3, u[s], hilo),
+                                          _mm512_maskz_mov_epi8(e3, h)};
+#pragma GCC unroll 2
+                    for (int t = 0; t < nt; t++) {
+                        const int8_t(*X)[64] = pp[t].p8.x[sb][G][s];
+                        __m512i x[3];
+#pragma GCC unroll 3
+                        for (int b = 0; b < 3; b++)
+                            x[b] = _mm512_mask_blend_epi8(neg, _mm512_load_si512(X[b]), _mm512_load_si512(X[3 + b]));
+#pragma GCC unroll 3
+                        for (int a = 0; a < 3; a++)
+#pragma GCC unroll 3
+                            for (int b = 0; b < 3; b++) {
+                                const int k = nt == 1 ? 3 * a + b : a + b;
+                                A[t][k] = _mm512_dpbusd_epi32(A[t][k], d[a], x[b]);
+                            }
+                    }
                 }
-#pragma GCC unroll 4
+#pragma GCC unroll 2
                 for (int t = 0; t < nt; t++) {
-                    if (NL == 4)
-                        L[G][t][0] =
-                            _mm512_add_ps(_mm512_add_ps(L[G][t][0], L[G][t][1]), _mm512_add_ps(L[G][t][2], L[G][t][3]));
-                    if (NL == 2) L[G][t][0] = _mm512_add_ps(L[G][t][0], L[G][t][1]);
+                    __m512i g[5];
+                    if (nt == 1) {
+                        g[0] = A[0][0];
+                        g[1] = _mm512_add_epi32(A[0][1], A[0][3]);
+                        g[2] = _mm512_add_epi32(_mm512_add_epi32(A[0][2], A[0][4]), A[0][6]);
+                        g[3] = _mm512_add_epi32(A[0][5], A[0][7]);
+                        g[4] = A[0][8];
+                    } else {
+                        for (int k = 0; k < 5; k++) g[k] = A[t][k];
+                    }
+                    L[G][t] = _mm512_add_epi32(g[0], _mm512_slli_epi32(g[1], 8));
+                    M[G][t] = _mm512_add_epi32(_mm512_add_epi32(g[2], _mm512_slli_epi32(g[3], 8)),
+                                               _mm512_slli_epi32(g[4], 16));
                 }
             }
             __m512 ws = e8m0_ps(_mm512_permutexvar_epi32(
                 lane_block, _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask16(nsb), sp[i] + 16 * sb))));
-#pragma GCC unroll 4
+#pragma GCC unroll 2
             for (int t = 0; t < nt; t++) {
-                _mm512_store_ps(P[t][i], fp8_finish(H[0][t], H[1][t], L[0][t][0], L[1][t][0], pp[t].p8.xs[sb], ws));
+                __m512i l = fp8_join(L[0][t], L[1][t]), m = fp8_join(M[0][t], M[1][t]);
+                const __m512d sh = _mm512_set1_pd(65536.0);
+                __m512d v0 = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(m)), sh,
+                                             _mm512_cvtepi32_pd(_mm512_castsi512_si256(l)));
+                __m512d v1 = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(m, 1)), sh,
+                                             _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(l, 1)));
+                __m512 part = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(v0)), _mm512_cvtpd_ps(v1), 1);
+                part = _mm512_mul_ps(part, _mm512_set1_ps(0x1p-19f)); /* exact: the integer sum is at least 1 */
+                _mm512_store_ps(P[t][i], _mm512_mul_ps(_mm512_mul_ps(part, _mm512_load_ps(pp[t].p8.xs[sb])), ws));
             }
         }
-#pragma GCC unroll 4
+#pragma GCC unroll 2
         for (int t = 0; t < nt; t++) fp8_accumulate(P[t], nsb, &acc[t]);
     }
     return _mm512_cmpeq_epi8_mask(nan, _mm512_set1_epi8((char)0xFF)) == 0;
@@ -649,72 +608,65 @@ TGT static void avx512_act_quant(const float *x, int64_t n, float *q, float *s) 
 TGT static void avx512_quant(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
                              int64_t xstride, float *y, int64_t ystride) {
     const int fp4 = w->type == DT_FP4;
-    /* the fp8 path computes with subnormal f32 patterns, which denormals-are-zero would flush */
-    if ((!fp4 && w->type != DT_E4M3) || !w->scale || w->cols == 0 || (!fp4 && (_mm_getcsr() & 0x0040))) {
+    if ((!fp4 && w->type != DT_E4M3) || !w->scale || w->cols == 0) {
         kernels_scalar.quant(w, r0, r1, x, xs, T, xstride, y, ystride);
         return;
     }
     const int64_t cols = w->cols, nb = (cols + 31) / 32, rowbytes = fp4 ? (cols + 1) / 2 : cols;
-    const int64_t chunk = fp4 ? FP4_CHUNK : FP8_CHUNK, bpb = fp4 ? 16 : 32; /* weight bytes per block */
+    const int64_t chunk = fp4 ? FP4_CHUNK : FP8V_CHUNK, bpb = fp4 ? 16 : 32; /* weight bytes per block */
+    const int tt = fp4 ? TT : 2; /* tokens per tile: fp8 keeps 9 or 5 sums per token and half */
     const int64_t pfd = RT * rowbytes; /* prefetch distance: the same bytes of the next tile's rows */
     prep_u prep[T < TT ? (T > 0 ? T : 1) : TT]; /* on the stack: about 33 KB per token of a tile */
     _Alignas(64) float ws[FP4_CHUNK * 4];
+    /* the inputs are prepared once per chunk and token tile, and every row of [r0, r1) passes
+     * over them: the quant kernels do enough work per weight byte that re-reading the rows for
+     * each token tile costs less than preparing the inputs again per row block */
     for (int64_t b0 = 0; b0 < nb; b0 += chunk) {
         const int64_t nblk = imin(chunk, nb - b0);
         const int64_t bytes = imin(rowbytes - bpb * b0, bpb * nblk); /* the chunk's bytes per row */
-        /* one row block: the quant kernels do enough work per weight byte that re-reading the rows
-         * for each token tile costs less than preparing the inputs again per block */
-        const int64_t rblock = r1 > r0 ? r1 - r0 : 1;
-        for (int64_t rb = r0; rb < r1; rb += rblock) {
-            const int64_t rb1 = imin(r1, rb + rblock);
-            for (int64_t t0 = 0; t0 < T; t0 += TT) {
-                const int nt = (int)imin(TT, T - t0);
-                for (int t = 0; t < nt; t++) {
-                    const float *xt = x + (t0 + t) * xstride, *xst = xs + (t0 + t) * nb;
-                    int ok = fp4 ? fp4_prepare(xt, xst, cols, b0, nblk, &prep[t].p4)
-                                 : fp8_prepare(xt, xst, cols, b0, nblk, &prep[t].p8);
-                    if (!ok) {
-                        kernels_scalar.quant(w, r0, r1, x, xs, T, xstride, y, ystride);
-                        return;
-                    }
+        for (int64_t t0 = 0; t0 < T; t0 += tt) {
+            const int nt = (int)imin(tt, T - t0);
+            for (int t = 0; t < nt; t++) {
+                const float *xt = x + (t0 + t) * xstride, *xst = xs + (t0 + t) * nb;
+                int ok = fp4 ? fp4_prepare(xt, xst, cols, b0, nblk, &prep[t].p4)
+                             : fp8_prepare(xt, xst, cols, b0, nblk, &prep[t].p8);
+                if (!ok) {
+                    kernels_scalar.quant(w, r0, r1, x, xs, T, xstride, y, ystride);
+                    return;
                 }
-                for (int64_t r = rb; r < rb1; r += RT) {
-                    const int nr = (int)imin(RT, rb1 - r);
-                    int64_t ri[RT];
-                    tile_rows(r, nr, ri);
-                    const uint8_t *rp[RT], *sp[RT];
-                    for (int i = 0; i < RT; i++) {
-                        rp[i] = (const uint8_t *)w->data + ri[i] * rowbytes + bpb * b0;
-                        sp[i] = w->scale + (ri[i] / w->scale_rows) * nb + (fp4 ? 0 : b0);
-                    }
-                    __m128 acc[TT] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
-                    for (int t = 0; t < nt; t++)
-                        if (b0 > 0) acc[t] = _mm_maskz_loadu_ps(mask16(nr), y + (t0 + t) * ystride + (r - r0));
-                    int ok = 1;
-                    if (fp4) {
-                        scales4(sp, b0, nblk, ws);
-                        const int64_t ng = (nblk + 3) / 4, last = bytes - 64 * (ng - 1);
-                        switch (nt) {
-                        case 1: fp4_tile(rp, pfd, ng, last, nblk, prep, 1, ws, acc); break;
-                        case 2: fp4_tile(rp, pfd, ng, last, nblk, prep, 2, ws, acc); break;
-                        case 3: fp4_tile(rp, pfd, ng, last, nblk, prep, 3, ws, acc); break;
-                        default: fp4_tile(rp, pfd, ng, last, nblk, prep, 4, ws, acc); break;
-                        }
-                    } else {
-                        switch (nt) {
-                        case 1: ok = fp8_tile1(rp, pfd, bytes, nblk, sp, prep, acc); break;
-                        case 2: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 2, acc); break;
-                        case 3: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 3, acc); break;
-                        default: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 4, acc); break;
-                        }
-                    }
-                    if (!ok) { /* a NaN weight code */
-                        kernels_scalar.quant(w, r0, r1, x, xs, T, xstride, y, ystride);
-                        return;
-                    }
-                    for (int t = 0; t < nt; t++)
-                        _mm_mask_storeu_ps(y + (t0 + t) * ystride + (r - r0), mask16(nr), acc[t]);
+            }
+            for (int64_t r = r0; r < r1; r += RT) {
+                const int nr = (int)imin(RT, r1 - r);
+                int64_t ri[RT];
+                tile_rows(r, nr, ri);
+                const uint8_t *rp[RT], *sp[RT];
+                for (int i = 0; i < RT; i++) {
+                    rp[i] = (const uint8_t *)w->data + ri[i] * rowbytes + bpb * b0;
+                    sp[i] = w->scale + (ri[i] / w->scale_rows) * nb + (fp4 ? 0 : b0);
                 }
+                __m128 acc[TT] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
+                for (int t = 0; t < nt; t++)
+                    if (b0 > 0) acc[t] = _mm_maskz_loadu_ps(mask16(nr), y + (t0 + t) * ystride + (r - r0));
+                int ok = 1;
+                if (fp4) {
+                    scales4(sp, b0, nblk, ws);
+                    const int64_t ng = (nblk + 3) / 4, last = bytes - 64 * (ng - 1);
+                    switch (nt) {
+                    case 1: fp4_tile(rp, pfd, ng, last, nblk, prep, 1, ws, acc); break;
+                    case 2: fp4_tile(rp, pfd, ng, last, nblk, prep, 2, ws, acc); break;
+                    case 3: fp4_tile(rp, pfd, ng, last, nblk, prep, 3, ws, acc); break;
+                    default: fp4_tile(rp, pfd, ng, last, nblk, prep, 4, ws, acc); break;
+                    }
+                } else {
+                    ok = nt == 1 ? fp8_tile(rp, pfd, bytes, nblk, sp, prep, 1, acc)
+                                 : fp8_tile(rp, pfd, bytes, nblk, sp, prep, 2, acc);
+                }
+                if (!ok) { /* a NaN weight code */
+                    kernels_scalar.quant(w, r0, r1, x, xs, T, xstride, y, ystride);
+                    return;
+                }
+                for (int t = 0; t < nt; t++)
+                    _mm_mask_storeu_ps(y + (t0 + t) * ystride + (r - r0), mask16(nr), acc[t]);
             }
         }
     }
