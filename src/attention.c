@@ -193,14 +193,13 @@ void attention(dsv41_session *s, int32_t l, const float *x, int64_t T, float *ou
     float *rows = scratch_f32((wrows + clen) * hd), *o = scratch_f32(T * H * hd), *og = scratch_f32(T * G * orank);
     int32_t *idx = scratch_i32(T * stride);
 
-    float *tmp = scratch_f32(T * (c->q_lora_rank > hd ? c->q_lora_rank : hd));
-    linear(&L->wq_a, x, T, tmp);
-    rms_norm(tmp, L->q_norm, T, c->q_lora_rank, c->norm_eps, qr);
+    float *tq = scratch_f32(T * c->q_lora_rank), *tkv = scratch_f32(T * hd);
+    linear_batch((linear_item[]){{&L->wq_a, 0, c->q_lora_rank, x, T, c->dim, tq}, {&L->wkv, 0, hd, x, T, c->dim, tkv}}, 2);
+    rms_norm(tq, L->q_norm, T, c->q_lora_rank, c->norm_eps, qr);
     linear(&L->wq_b, qr, T, q);
     for (int64_t t = 0; t < T; t++)
         for (int32_t h = 0; h < H; h++) rope_apply(rt, q + (t * H + h) * hd, hd, rd, pos + t, 0);
-    linear(&L->wkv, x, T, tmp);
-    rms_norm(tmp, L->kv_norm, T, hd, c->norm_eps, kv);
+    rms_norm(tkv, L->kv_norm, T, hd, c->norm_eps, kv);
     for (int64_t t = 0; t < T; t++) rope_apply(rt, kv + t * hd, hd, rd, pos + t, 0);
     fp8_fake_quant(kv, (size_t)(T * hd));
     int32_t nrows = window_update(s, l, kv, T, rows, idx, stride), width = wwidth;
@@ -237,12 +236,14 @@ void attention(dsv41_session *s, int32_t l, const float *x, int64_t T, float *ou
     for (int64_t t = 0; t < T; t++)
         for (int32_t h = 0; h < H; h++) rope_apply(rt, o + (t * H + h) * hd, hd, rd, pos + t, 1);
     /* wo_a is block-diagonal: group g's rows see only group g's slice of every head row */
-    float *part = scratch_f32(T * orank);
-    for (int32_t g = 0; g < G; g++) {
-        linear_rows(&L->wo_a, (int64_t)g * orank, orank, o + g * gw, T, (int64_t)H * hd, part);
+    float *part = scratch_f32(G * T * orank);
+    linear_item *items = scratch_bytes((size_t)G * sizeof *items);
+    for (int32_t g = 0; g < G; g++)
+        items[g] = (linear_item){&L->wo_a, (int64_t)g * orank, orank, o + g * gw, T, (int64_t)H * hd, part + g * T * orank};
+    linear_batch(items, G);
+    for (int32_t g = 0; g < G; g++)
         for (int64_t t = 0; t < T; t++)
-            memcpy(og + (t * G + g) * orank, part + t * orank, (size_t)orank * sizeof *part);
-    }
+            memcpy(og + (t * G + g) * orank, part + (g * T + t) * orank, (size_t)orank * sizeof *part);
     linear(&L->wo_b, og, T, out);
     scratch_end(mark);
 }

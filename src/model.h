@@ -83,11 +83,20 @@ typedef struct {
     int32_t scale_rows;       /* rows per scale block: 32 for dense 32x32 tiles, 1 for per-row */
 } weight;
 
-/* F.linear as the release dispatches it: y[t][o] = x[t] . W[o] over rows [row0, row0+n) of W,
- * x rows xstride apart. An f32 (or AS_F32) weight gives an f32 result; fp8 / fp4 weights
- * act-quantize x and sum per 32-block; everything else is a bf16 GEMM with a bf16 result. */
-void linear_rows(const weight *w, int64_t row0, int64_t n, const float *x, int64_t T, int64_t xstride, float *y);
+/* F.linear as the release dispatches it: y[t][o] = x[t] . W[o]. An f32 (or AS_F32) weight gives
+ * an f32 result; fp8 / fp4 weights act-quantize x and sum per 32-block; everything else is a
+ * bf16 GEMM with a bf16 result. */
 void linear(const weight *w, const float *x, int64_t T, float *y);
+/* One projection of a batch: y [T][n] = x (rows xstride apart) times rows [row0, row0+n) of W. */
+typedef struct {
+    const weight *w;
+    int64_t row0, n;
+    const float *x;
+    int64_t T, xstride;
+    float *y;
+} linear_item;
+/* Every item's projection, as linear() computes it, in one job for the thread pool. */
+void linear_batch(const linear_item *items, int32_t n);
 /* Multiply-adds done by linear() so far, all threads (for FLOP rates). */
 uint64_t linear_macs(void);
 /* Bytes of weights one decoded token reads (dense matrices, active experts, rows). */

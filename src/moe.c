@@ -39,14 +39,9 @@ static void route(const config *c, const float *bias, float *s, float *weights, 
     for (int32_t j = 0; j < k; j++) weights[j] *= c->route_scale;
 }
 
-/* x [n][dim], rw [n] (NULL: 1) -> y [n][dim] = w2(bf16(silu(min(w1 x, lim)) * clamp(w3 x, +-lim) * rw)) */
-static void expert(const config *c, const weight *w1, const weight *w2, const weight *w3, const float *x, int64_t n,
-                   const float *rw, float *y) {
-    int64_t inter = w1->rows;
-    scratch_mark mark = scratch_begin();
-    float *g = scratch_f32(n * inter), *u = scratch_f32(n * inter);
-    linear(w1, x, n, g);
-    linear(w3, x, n, u);
+/* g, u [n][inter] (w1 x and w3 x) -> g = bf16(silu(min(g, lim)) * clamp(u, +-lim) * rw), rw [n]
+ * (NULL: 1), the input of w2 */
+static void swiglu(const config *c, float *g, const float *u, int64_t n, int64_t inter, const float *rw) {
     float lim = c->swiglu_limit;
     for (int64_t t = 0; t < n; t++)
         for (int64_t i = 0; i < inter; i++) {
@@ -58,41 +53,66 @@ static void expert(const config *c, const weight *w1, const weight *w2, const we
             float h = gi / (1.0f + expf(-gi)) * ui;
             g[t * inter + i] = bf16_round(rw ? h * rw[t] : h);
         }
-    linear(w2, g, n, y);
-    scratch_end(mark);
 }
 
-/* x [T][dim] -> y [T][dim], route_w [T][k], route_idx [T][k] */
+/* x [T][dim] -> y [T][dim], route_w [T][k], route_idx [T][k]. Every expert's up projections
+ * (and the shared expert's) run as one pool job, then every down projection as another. */
 void moe(const dsv41_model *m, int32_t l, const float *x, int64_t T, float *y, float *route_w, int32_t *route_idx) {
     const config *c = &m->cfg;
     const layer_weights *L = &m->layers[l];
     int32_t k = c->n_activated_experts, E = c->n_routed_experts, dim = c->dim;
+    int64_t inter = c->moe_inter_dim, sinter = c->n_shared_experts > 0 ? L->sw1.rows : 0, n = T * k;
     scratch_mark mark = scratch_begin();
-    float *acc = scratch_f32(T * dim), *scores = scratch_f32(T * E), *xs = scratch_f32(T * dim);
-    float *ys = scratch_f32(T * dim), *rw = scratch_f32(T);
-    int32_t *rows = scratch_i32(T);
+    float *acc = scratch_f32(T * dim), *scores = scratch_f32(T * E), *xs = scratch_f32(n * dim);
+    float *ys = scratch_f32((n + T) * dim), *rw = scratch_f32(n);
+    float *g = scratch_f32(n * inter + T * sinter), *u = scratch_f32(n * inter + T * sinter);
+    int32_t *rows = scratch_i32(n);
+    int64_t *first = scratch_bytes((size_t)(E + 1) * sizeof *first); /* expert e: picks [first[e], first[e+1]) */
+    linear_item *items = scratch_bytes((size_t)(2 * E + 2) * sizeof *items);
     linear(&L->gate, x, T, scores);
     for (int64_t t = 0; t < T; t++) route(c, L->gate_bias, scores + t * E, route_w + t * k, route_idx + t * k);
-    memset(acc, 0, (size_t)(T * dim) * sizeof *acc);
+    /* the picks grouped by expert, tokens in order within each */
+    int64_t p = 0;
     for (int32_t e = 0; e < E; e++) {
-        int64_t n = 0;
+        first[e] = p;
         for (int64_t t = 0; t < T; t++)
             for (int32_t j = 0; j < k; j++)
                 if (route_idx[t * k + j] == e) {
-                    rows[n] = (int32_t)t;
-                    rw[n] = route_w[t * k + j];
-                    memcpy(xs + n * dim, x + t * dim, (size_t)dim * sizeof *x);
-                    n++;
+                    rows[p] = (int32_t)t;
+                    rw[p] = route_w[t * k + j];
+                    memcpy(xs + p * dim, x + t * dim, (size_t)dim * sizeof *x);
+                    p++;
                 }
-        if (n == 0) continue;
-        expert(c, &L->w1[e], &L->w2[e], &L->w3[e], xs, n, rw, ys);
-        for (int64_t i = 0; i < n; i++)
-            for (int32_t d = 0; d < dim; d++) acc[rows[i] * dim + d] += ys[i * dim + d];
     }
-    if (c->n_shared_experts > 0) {
-        expert(c, &L->sw1, &L->sw2, &L->sw3, x, T, NULL, ys);
-        for (int64_t i = 0; i < T * dim; i++) acc[i] += ys[i];
+    first[E] = p;
+    float *gs = g + n * inter, *us = u + n * inter, *yss = ys + n * dim; /* the shared expert's */
+    int32_t ni = 0;
+    for (int32_t e = 0; e < E; e++) {
+        int64_t cnt = first[e + 1] - first[e], f = first[e];
+        if (cnt == 0) continue;
+        items[ni++] = (linear_item){&L->w1[e], 0, inter, xs + f * dim, cnt, dim, g + f * inter};
+        items[ni++] = (linear_item){&L->w3[e], 0, inter, xs + f * dim, cnt, dim, u + f * inter};
     }
+    if (sinter > 0) {
+        items[ni++] = (linear_item){&L->sw1, 0, sinter, x, T, dim, gs};
+        items[ni++] = (linear_item){&L->sw3, 0, sinter, x, T, dim, us};
+    }
+    linear_batch(items, ni);
+    swiglu(c, g, u, n, inter, rw);
+    if (sinter > 0) swiglu(c, gs, us, T, sinter, NULL);
+    ni = 0;
+    for (int32_t e = 0; e < E; e++) {
+        int64_t cnt = first[e + 1] - first[e], f = first[e];
+        if (cnt > 0) items[ni++] = (linear_item){&L->w2[e], 0, dim, g + f * inter, cnt, inter, ys + f * dim};
+    }
+    if (sinter > 0) items[ni++] = (linear_item){&L->sw2, 0, dim, gs, T, sinter, yss};
+    linear_batch(items, ni);
+    /* in f32, in increasing expert id, then the shared expert, rounded once */
+    memset(acc, 0, (size_t)(T * dim) * sizeof *acc);
+    for (int64_t i = 0; i < n; i++)
+        for (int32_t d = 0; d < dim; d++) acc[rows[i] * dim + d] += ys[i * dim + d];
+    if (sinter > 0)
+        for (int64_t i = 0; i < T * dim; i++) acc[i] += yss[i];
     for (int64_t i = 0; i < T * dim; i++) y[i] = bf16_round(acc[i]);
     scratch_end(mark);
 }

@@ -53,33 +53,72 @@ typedef struct {
     int round;
 } linear_job;
 
-static void linear_range(void *ctx, int64_t b, int64_t e) {
-    const linear_job *j = ctx;
+static void linear_range(const linear_job *j, int64_t b, int64_t e) {
     j->fn(j->w, j->row0 + b, j->row0 + e, j->x, j->xs, j->T, j->xstride, j->y + b, j->n);
     if (j->round)
         for (int64_t t = 0; t < j->T; t++)
             for (int64_t o = b; o < e; o++) j->y[t * j->n + o] = bf16_round(j->y[t * j->n + o]);
 }
 
-void linear_rows(const weight *w, int64_t row0, int64_t n, const float *x, int64_t T, int64_t xstride, float *y) {
-    const kernel_set *k = kernels_current();
-    int quant = (w->type == DT_E4M3 || w->type == DT_FP4) && w->mode == AS_STORED;
-    linear_job j = {w, quant ? k->quant : k->dense, row0, n, T, xstride, x, NULL, y,
-                    !(w->mode == AS_F32 || (w->type == DT_F32 && w->mode == AS_STORED))};
-    scratch_mark mark = scratch_begin();
-    if (quant) { /* the activation is quantized once per token, before the rows are split */
-        int64_t nb = (w->cols + 31) / 32;
-        float *q = scratch_f32(T * w->cols), *s = scratch_f32(T * nb);
-        for (int64_t t = 0; t < T; t++) k->act_quant(x + t * xstride, w->cols, q + t * w->cols, s + t * nb);
-        j.x = q;
-        j.xs = s;
-        j.xstride = w->cols;
+typedef struct {
+    const linear_job *jobs;
+    const int64_t *start; /* [n + 1]: the first row of each job in the concatenation */
+    int32_t n;
+} batch_job;
+
+/* rows [b, e) of the jobs' rows laid end to end */
+static void batch_range(void *ctx, int64_t b, int64_t e) {
+    const batch_job *bj = ctx;
+    for (int32_t i = 0; i < bj->n; i++) {
+        int64_t lo = b > bj->start[i] ? b : bj->start[i], hi = e < bj->start[i + 1] ? e : bj->start[i + 1];
+        if (lo < hi) linear_range(&bj->jobs[i], lo - bj->start[i], hi - bj->start[i]);
     }
+}
+
+/* Several linears as one pool job: a decode step is a few hundred small projections, and
+ * every pool job costs a handshake and ends with one thread waiting for the other, so the
+ * projections that read the same activations or run side by side (an MoE's experts) go
+ * together. Each row is computed the same way whichever thread takes it. */
+void linear_batch(const linear_item *items, int32_t n) {
+    const kernel_set *k = kernels_current();
+    scratch_mark mark = scratch_begin();
+    linear_job *jobs = scratch_bytes((size_t)n * sizeof *jobs);
+    int64_t *start = scratch_bytes((size_t)(n + 1) * sizeof *start), macs_all = 0;
+    start[0] = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const linear_item *it = &items[i];
+        const weight *w = it->w;
+        int quant = (w->type == DT_E4M3 || w->type == DT_FP4) && w->mode == AS_STORED;
+        jobs[i] = (linear_job){w, quant ? k->quant : k->dense, it->row0, it->n, it->T, it->xstride, it->x, NULL, it->y,
+                               !(w->mode == AS_F32 || (w->type == DT_F32 && w->mode == AS_STORED))};
+        if (quant) { /* the activation is quantized once, before the rows are split */
+            const linear_job *prev = i > 0 ? &jobs[i - 1] : NULL;
+            int64_t nb = (w->cols + 31) / 32;
+            if (prev && prev->xs && items[i - 1].x == it->x && items[i - 1].T == it->T &&
+                items[i - 1].xstride == it->xstride && prev->w->cols == w->cols) {
+                jobs[i].x = prev->x; /* the same input as the previous job's (w1 and w3) */
+                jobs[i].xs = prev->xs;
+            } else {
+                float *q = scratch_f32(it->T * w->cols), *sc = scratch_f32(it->T * nb);
+                for (int64_t t = 0; t < it->T; t++)
+                    k->act_quant(it->x + t * it->xstride, w->cols, q + t * w->cols, sc + t * nb);
+                jobs[i].x = q;
+                jobs[i].xs = sc;
+            }
+            jobs[i].xstride = w->cols;
+        }
+        start[i + 1] = start[i] + it->n;
+        macs_all += it->n * it->T * w->cols;
+    }
+    batch_job bj = {jobs, start, n};
     /* a thread gets at least ~64k multiply-adds, so tiny projections stay on one thread */
-    int64_t per = (65536 + w->cols * T - 1) / (w->cols * T);
-    pool_run(n, per, linear_range, &j);
-    __atomic_fetch_add(&macs, (uint64_t)(n * T * w->cols), __ATOMIC_RELAXED);
+    int64_t rows = start[n], per = rows > 0 ? (65536 * rows + macs_all - 1) / (macs_all > 0 ? macs_all : 1) : 1;
+    pool_run(rows, per, batch_range, &bj);
+    __atomic_fetch_add(&macs, (uint64_t)macs_all, __ATOMIC_RELAXED);
     scratch_end(mark);
 }
 
-void linear(const weight *w, const float *x, int64_t T, float *y) { linear_rows(w, 0, w->rows, x, T, w->cols, y); }
+void linear(const weight *w, const float *x, int64_t T, float *y) {
+    linear_item it = {w, 0, w->rows, x, T, w->cols, y};
+    linear_batch(&it, 1);
+}
