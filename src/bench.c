@@ -122,19 +122,25 @@ typedef struct {
     double tok_s, gflops;
 } timing;
 
-/* decode: `ctx` tokens of prefill, then n one-token calls, timed */
+/* decode: `ctx` tokens of prefill, then n one-token calls timed in 4 runs of n/4; the best run
+ * counts, as the best triad pass does, so a moment of another tenant's traffic on a shared
+ * host does not decide the figure */
 static timing time_decode(const dsv41_model *m, int32_t ctx, int32_t n) {
     dsv41_session *s = dsv41_session_new(m);
     int32_t V = m->cfg.vocab_size, *ids = malloc((size_t)(ctx > 0 ? ctx : 1) * sizeof *ids);
     float *logits = malloc((size_t)V * sizeof *logits);
     for (int32_t i = 0; i < ctx; i++) ids[i] = (int32_t)((i * 7919 + 3) % V);
     if (ctx > 0) dsv41_session_forward(s, ids, ctx, logits, NULL);
-    double t0 = now();
-    for (int32_t i = 0; i < n; i++) {
-        int32_t next = (int32_t)((i * 104729 + 11) % V);
-        dsv41_session_forward(s, &next, 1, logits, NULL);
+    double best = 1e30;
+    for (int32_t run = 0, i = 0; run < 4; run++) {
+        double t0 = now();
+        for (int32_t end = (run + 1) * n / 4; i < end; i++) {
+            int32_t next = (int32_t)((i * 104729 + 11) % V);
+            dsv41_session_forward(s, &next, 1, logits, NULL);
+        }
+        best = fmin(best, (now() - t0) / (n / 4));
     }
-    timing r = {n / (now() - t0), 0.0};
+    timing r = {1.0 / best, 0.0};
     free(ids);
     free(logits);
     dsv41_session_free(s);
@@ -179,24 +185,27 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int json, FILE *out) {
     int32_t counts[2] = {1, threads};
     for (int pass = threads > 1 ? 0 : 1; pass < 2; pass++) {
         if (dsv41_set_threads(counts[pass])) return -1;
+        /* the limits are measured before and after the runs and the higher reading counts: on a
+         * shared host a neighbour can take a core or the memory bus for a while, and a low
+         * limit would flatter the ratios */
         triad = triad_gbps();
         peak = peak_gflops();
         pre = time_prefill(m, n_pre);
-        if (!json) {
-            fprintf(out, "threads %d: triad %.1f GB/s, FMA peak %.1f GFLOP/s\n", counts[pass], triad, peak);
-            fprintf(out, "  prefill %4d tokens: %8.1f tok/s  %7.1f GFLOP/s  (%.0f%% of peak)\n", n_pre, pre.tok_s,
-                    pre.gflops, 100.0 * pre.gflops / peak);
-            fflush(out);
-        }
-        for (int k = 0; k < 3; k++) {
-            if (ctxs[k] + n_dec > c->max_seq_len) continue;
-            timing d = time_decode(m, ctxs[k], n_dec);
-            if (k == 0) dec = d;
-            if (!json)
-                fprintf(out, "  decode at %5d: %8.1f tok/s  %7.2f GB/s  (%.0f%% of triad)\n", ctxs[k], d.tok_s,
-                        d.tok_s * bytes / 1e9, 100.0 * d.tok_s * bytes / 1e9 / triad);
-            if (!json) fflush(out);
-        }
+        timing d[3] = {{0, 0}, {0, 0}, {0, 0}};
+        for (int k = 0; k < 3; k++)
+            if (ctxs[k] + n_dec <= c->max_seq_len) d[k] = time_decode(m, ctxs[k], n_dec);
+        dec = d[0];
+        triad = fmax(triad, triad_gbps());
+        peak = fmax(peak, peak_gflops());
+        if (json) continue;
+        fprintf(out, "threads %d: triad %.1f GB/s, FMA peak %.1f GFLOP/s\n", counts[pass], triad, peak);
+        fprintf(out, "  prefill %4d tokens: %8.1f tok/s  %7.1f GFLOP/s  (%.0f%% of peak)\n", n_pre, pre.tok_s,
+                pre.gflops, 100.0 * pre.gflops / peak);
+        for (int k = 0; k < 3; k++)
+            if (d[k].tok_s > 0)
+                fprintf(out, "  decode at %5d: %8.1f tok/s  %7.2f GB/s  (%.0f%% of triad)\n", ctxs[k], d[k].tok_s,
+                        d[k].tok_s * bytes / 1e9, 100.0 * d[k].tok_s * bytes / 1e9 / triad);
+        fflush(out);
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);

@@ -55,20 +55,55 @@ static void swiglu(const config *c, float *g, const float *u, int64_t n, int64_t
         }
 }
 
-/* x [T][dim] -> y [T][dim], route_w [T][k], route_idx [T][k]. Every expert's up projections
- * (and the shared expert's) run as one pool job, then every down projection as another. */
+/* Experts [e0, e1) (picks [first[e0], first[e1]) of xs, with route weights rw) and, when
+ * `shared`, the shared expert over all T tokens: every up projection as one pool job, then
+ * every down projection as another. ys [picks][dim], yss [T][dim]: the outputs. */
+static void run_experts(const dsv41_model *m, int32_t l, const int64_t *first, int32_t e0, int32_t e1,
+                        const float *xs, const float *rw, const float *x, int64_t T, int shared, float *ys, float *yss) {
+    const config *c = &m->cfg;
+    const layer_weights *L = &m->layers[l];
+    int64_t dim = c->dim, inter = c->moe_inter_dim, sinter = shared ? L->sw1.rows : 0;
+    int64_t p0 = first[e0], n = first[e1] - p0;
+    scratch_mark mark = scratch_begin();
+    float *g = scratch_f32(n * inter + T * sinter), *u = scratch_f32(n * inter + T * sinter);
+    float *gs = g + n * inter, *us = u + n * inter; /* the shared expert's */
+    linear_item *items = scratch_bytes((size_t)(2 * (e1 - e0) + 2) * sizeof *items);
+    int32_t ni = 0;
+    for (int32_t e = e0; e < e1; e++) {
+        int64_t cnt = first[e + 1] - first[e], f = first[e] - p0;
+        if (cnt == 0) continue;
+        items[ni++] = (linear_item){&L->w1[e], 0, inter, xs + f * dim, cnt, dim, g + f * inter};
+        items[ni++] = (linear_item){&L->w3[e], 0, inter, xs + f * dim, cnt, dim, u + f * inter};
+    }
+    if (shared) {
+        items[ni++] = (linear_item){&L->sw1, 0, sinter, x, T, dim, gs};
+        items[ni++] = (linear_item){&L->sw3, 0, sinter, x, T, dim, us};
+    }
+    linear_batch(items, ni);
+    swiglu(c, g, u, n, inter, rw);
+    if (shared) swiglu(c, gs, us, T, sinter, NULL);
+    ni = 0;
+    for (int32_t e = e0; e < e1; e++) {
+        int64_t cnt = first[e + 1] - first[e], f = first[e] - p0;
+        if (cnt > 0) items[ni++] = (linear_item){&L->w2[e], 0, dim, g + f * inter, cnt, inter, ys + f * dim};
+    }
+    if (shared) items[ni++] = (linear_item){&L->sw2, 0, dim, gs, T, sinter, yss};
+    linear_batch(items, ni);
+    scratch_end(mark);
+}
+
+/* x [T][dim] -> y [T][dim], route_w [T][k], route_idx [T][k]. Experts run in consecutive groups
+ * of at most max(T, 64) picks, so a decode step makes two pool jobs per layer and a prefill's
+ * scratch stays a few activations' worth. */
 void moe(const dsv41_model *m, int32_t l, const float *x, int64_t T, float *y, float *route_w, int32_t *route_idx) {
     const config *c = &m->cfg;
     const layer_weights *L = &m->layers[l];
     int32_t k = c->n_activated_experts, E = c->n_routed_experts, dim = c->dim;
-    int64_t inter = c->moe_inter_dim, sinter = c->n_shared_experts > 0 ? L->sw1.rows : 0, n = T * k;
+    int64_t n = T * k, cap = T > 64 ? T : 64;
     scratch_mark mark = scratch_begin();
-    float *acc = scratch_f32(T * dim), *scores = scratch_f32(T * E), *xs = scratch_f32(n * dim);
-    float *ys = scratch_f32((n + T) * dim), *rw = scratch_f32(n);
-    float *g = scratch_f32(n * inter + T * sinter), *u = scratch_f32(n * inter + T * sinter);
+    float *acc = scratch_f32(T * dim), *scores = scratch_f32(T * E), *rw = scratch_f32(n);
     int32_t *rows = scratch_i32(n);
     int64_t *first = scratch_bytes((size_t)(E + 1) * sizeof *first); /* expert e: picks [first[e], first[e+1]) */
-    linear_item *items = scratch_bytes((size_t)(2 * E + 2) * sizeof *items);
     linear(&L->gate, x, T, scores);
     for (int64_t t = 0; t < T; t++) route(c, L->gate_bias, scores + t * E, route_w + t * k, route_idx + t * k);
     /* the picks grouped by expert, tokens in order within each */
@@ -79,39 +114,23 @@ void moe(const dsv41_model *m, int32_t l, const float *x, int64_t T, float *y, f
             for (int32_t j = 0; j < k; j++)
                 if (route_idx[t * k + j] == e) {
                     rows[p] = (int32_t)t;
-                    rw[p] = route_w[t * k + j];
-                    memcpy(xs + p * dim, x + t * dim, (size_t)dim * sizeof *x);
-                    p++;
+                    rw[p++] = route_w[t * k + j];
                 }
     }
     first[E] = p;
-    float *gs = g + n * inter, *us = u + n * inter, *yss = ys + n * dim; /* the shared expert's */
-    int32_t ni = 0;
-    for (int32_t e = 0; e < E; e++) {
-        int64_t cnt = first[e + 1] - first[e], f = first[e];
-        if (cnt == 0) continue;
-        items[ni++] = (linear_item){&L->w1[e], 0, inter, xs + f * dim, cnt, dim, g + f * inter};
-        items[ni++] = (linear_item){&L->w3[e], 0, inter, xs + f * dim, cnt, dim, u + f * inter};
-    }
-    if (sinter > 0) {
-        items[ni++] = (linear_item){&L->sw1, 0, sinter, x, T, dim, gs};
-        items[ni++] = (linear_item){&L->sw3, 0, sinter, x, T, dim, us};
-    }
-    linear_batch(items, ni);
-    swiglu(c, g, u, n, inter, rw);
-    if (sinter > 0) swiglu(c, gs, us, T, sinter, NULL);
-    ni = 0;
-    for (int32_t e = 0; e < E; e++) {
-        int64_t cnt = first[e + 1] - first[e], f = first[e];
-        if (cnt > 0) items[ni++] = (linear_item){&L->w2[e], 0, dim, g + f * inter, cnt, inter, ys + f * dim};
-    }
-    if (sinter > 0) items[ni++] = (linear_item){&L->sw2, 0, dim, gs, T, sinter, yss};
-    linear_batch(items, ni);
-    /* in f32, in increasing expert id, then the shared expert, rounded once */
+    int shared = c->n_shared_experts > 0;
+    float *xs = scratch_f32(cap * dim), *ys = scratch_f32(cap * dim), *yss = scratch_f32(shared ? T * dim : 0);
     memset(acc, 0, (size_t)(T * dim) * sizeof *acc);
-    for (int64_t i = 0; i < n; i++)
-        for (int32_t d = 0; d < dim; d++) acc[rows[i] * dim + d] += ys[i * dim + d];
-    if (sinter > 0)
+    /* in f32, in increasing expert id, then the shared expert, rounded once */
+    for (int32_t e0 = 0, e1; e0 < E; e0 = e1) {
+        for (e1 = e0 + 1; e1 < E && first[e1 + 1] - first[e0] <= cap; e1++) {}
+        int64_t p0 = first[e0], np = first[e1] - p0;
+        for (int64_t i = 0; i < np; i++) memcpy(xs + i * dim, x + rows[p0 + i] * dim, (size_t)dim * sizeof *x);
+        run_experts(m, l, first, e0, e1, xs, rw + p0, x, T, shared && e1 == E, ys, yss);
+        for (int64_t i = 0; i < np; i++)
+            for (int32_t d = 0; d < dim; d++) acc[rows[p0 + i] * dim + d] += ys[i * dim + d];
+    }
+    if (shared)
         for (int64_t i = 0; i < T * dim; i++) acc[i] += yss[i];
     for (int64_t i = 0; i < T * dim; i++) y[i] = bf16_round(acc[i]);
     scratch_end(mark);

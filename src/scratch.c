@@ -29,8 +29,10 @@ void *scratch_bytes(size_t n) {
             return p;
         }
         if (!b->base || top.used == 0) { /* an empty block too small for n: replace it */
+            /* at least twice the block before, so the 64 blocks never run out before memory */
+            size_t want = top.block > 0 ? 2 * blocks[top.block - 1].size : SCRATCH_MIN;
             free(b->base);
-            b->size = n > SCRATCH_MIN ? n : SCRATCH_MIN;
+            b->size = n > want ? n : want;
             b->base = aligned_alloc(64, b->size);
             if (!b->base) {
                 fprintf(stderr, "dsv41: out of memory for %zu bytes of scratch\n", n);
