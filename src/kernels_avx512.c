@@ -615,7 +615,9 @@ TGT static void avx512_quant(const weight *w, int64_t r0, int64_t r1, const floa
     const int64_t cols = w->cols, nb = (cols + 31) / 32, rowbytes = fp4 ? (cols + 1) / 2 : cols;
     const int64_t chunk = fp4 ? FP4_CHUNK : FP8V_CHUNK, bpb = fp4 ? 16 : 32; /* weight bytes per block */
     const int tt = fp4 ? TT : 2; /* tokens per tile: fp8 keeps 9 or 5 sums per token and half */
-    const int64_t pfd = RT * rowbytes; /* prefetch distance: the same bytes of the next tile's rows */
+    /* prefetch distance: the same bytes of a later tile's rows, at least 4 KB ahead (short rows,
+     * as in an expert's down projection, otherwise prefetch too late to hide the memory latency) */
+    const int64_t tile = RT * rowbytes, pfd = tile * ((4096 + tile - 1) / tile);
     prep_u prep[T < TT ? (T > 0 ? T : 1) : TT]; /* on the stack: about 33 KB per token of a tile */
     _Alignas(64) float ws[FP4_CHUNK * 4];
     /* the inputs are prepared once per chunk and token tile, and every row of [r0, r1) passes
