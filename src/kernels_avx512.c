@@ -247,10 +247,10 @@ typedef struct {
 enum { FP8V_CHUNK = 64 }; /* blocks of 32 per prepared fp8 chunk: 2048 inputs, 12 KB per token */
 
 /* fp8 (see the fp8 section), per superblock of 16 blocks: the digits of k = 512x and of -k
- * in the weights' transposed byte order [half][s][digit: k0, k1, k2, -k0, -k1, -k2][byte], and
- * the input scales in lane order */
+ * in the weights' transposed byte order [s][digit: k0, k1, k2, -k0, -k1, -k2][byte], and the
+ * input scales in lane order */
 typedef struct {
-    _Alignas(64) int8_t x[FP8V_CHUNK / 16][2][4][6][64];
+    _Alignas(64) int8_t x[FP8V_CHUNK / 16][8][6][64];
     float xs[FP8V_CHUNK / 16][16];
 } fp8_prep;
 
@@ -363,17 +363,17 @@ INL void fp4_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t ng, int64_t 
  * (times 256). The weight's sign selects, per byte, the digits of k or of -k, which the input
  * preparation stores side by side, so VNNI's unsigned-by-signed byte products see an unsigned
  * weight. Nine dot products (3 x 3 digits) per 64 weights are summed per block in int32 by
- * digit order (below 2^31 by the digit bounds), joined into two int32 halves and then into the
+ * digit order (below 2^31 by the digit bounds), joined into two int32 parts and then into the
  * exact f64 sum.
  *
  * Lanes hold blocks, not elements, so no block needs a horizontal sum: a superblock is 16
- * blocks (512 bytes of a row) loaded as 8 vectors; an in-lane 4x4 transpose of dwords gives,
- * per half of 4 vectors, 4 vectors in which each dword lane stays within one half-block, and
- * the inputs are prepared in the same order by the same transpose. */
+ * blocks (512 bytes of a row) loaded as 8 vectors; 128-bit shuffles gather the first and the
+ * second halves of the blocks into two sets of 4 vectors, and an in-lane 4x4 transpose of
+ * dwords turns each set into 4 vectors whose dword lane l holds block 4(l%4) + l/4. The inputs
+ * are prepared in the same order by the same shuffles. */
 
-
-/* The block in lane l of a combined superblock result: lane 4P+m holds block 8(P/2) + 2m + P%2. */
-static const int32_t FP8_LANE_BLOCK[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
+/* The block in lane l of a superblock result, and the lane of block b: 4(l%4) + l/4 both ways. */
+static const int32_t FP8_LANE_BLOCK[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
 
 /* Digits of a code's magnitude times 1024, by its low 6 bits: exponent 1..7 gives (8+m) << e,
  * exponent 0 (subnormal) 2m (FP8_LO, FP8_HI); with the high exponent bit set the magnitude is
@@ -402,32 +402,43 @@ INL void transpose4(__m512i a, __m512i b, __m512i c, __m512i d, __m512i out[4]) 
     out[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
+/* A superblock's 8 vectors (64 bytes each, in row order) -> u[8]: u[s] and u[4+s] hold dword s
+ * of the first and of the second half of block 4(l%4) + l/4 in lane l */
+INL void fp8_transpose(const __m512i z[8], __m512i u[8]) {
+    __m512i h[8];
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; m++) {
+        h[m] = _mm512_shuffle_i32x4(z[2 * m], z[2 * m + 1], _MM_SHUFFLE(2, 0, 2, 0));
+        h[4 + m] = _mm512_shuffle_i32x4(z[2 * m], z[2 * m + 1], _MM_SHUFFLE(3, 1, 3, 1));
+    }
+    transpose4(h[0], h[1], h[2], h[3], u);
+    transpose4(h[4], h[5], h[6], h[7], u + 4);
+}
+
 /* Prepares blocks [b0, b0+nblk) of one token. Returns 0 when an input is not k/512 with
  * |k| <= 2^18. */
 INL int fp8_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0, int64_t nblk, fp8_prep *p) {
     __mmask16 ok = 0xFFFF;
-    _Alignas(64) int8_t nat[6][4][64]; /* one half in natural order: [digit][vector][byte] */
+    _Alignas(64) int8_t nat[6][8][64]; /* a superblock in row order: [digit][vector][byte] */
     for (int64_t sb = 0; sb < (nblk + 15) / 16; sb++) {
-        for (int G = 0; G < 2; G++) {
-            const int64_t base = 32 * (b0 + 16 * sb + 8 * G);
-            for (int m = 0; m < 4; m++)
-                for (int q = 0; q < 4; q++) {
-                    int64_t c = base + 64 * m + 16 * q;
-                    __m512 v = c < cols ? _mm512_maskz_loadu_ps(mask16(cols - c), xt + c) : _mm512_setzero_ps();
-                    __m512 f = _mm512_mul_ps(v, _mm512_set1_ps(512.0f));
-                    __m512i k = _mm512_cvtps_epi32(f);
-                    ok &= _mm512_cmp_ps_mask(_mm512_cvtepi32_ps(k), f, _CMP_EQ_OQ) &
-                          _mm512_cmple_epu32_mask(_mm512_abs_epi32(k), _mm512_set1_epi32(1 << 18));
-                    to_digits(k, &nat[2][m][16 * q], &nat[1][m][16 * q], &nat[0][m][16 * q]);
-                    to_digits(_mm512_sub_epi32(_mm512_setzero_si512(), k), &nat[5][m][16 * q], &nat[4][m][16 * q],
-                              &nat[3][m][16 * q]);
-                }
-            for (int d = 0; d < 6; d++) {
-                __m512i u[4];
-                transpose4(_mm512_load_si512(nat[d][0]), _mm512_load_si512(nat[d][1]), _mm512_load_si512(nat[d][2]),
-                           _mm512_load_si512(nat[d][3]), u);
-                for (int s = 0; s < 4; s++) _mm512_store_si512(p->x[sb][G][s][d], u[s]);
+        const int64_t base = 32 * (b0 + 16 * sb);
+        for (int v = 0; v < 8; v++)
+            for (int q = 0; q < 4; q++) {
+                int64_t c = base + 64 * v + 16 * q;
+                __m512 x = c < cols ? _mm512_maskz_loadu_ps(mask16(cols - c), xt + c) : _mm512_setzero_ps();
+                __m512 f = _mm512_mul_ps(x, _mm512_set1_ps(512.0f));
+                __m512i k = _mm512_cvtps_epi32(f);
+                ok &= _mm512_cmp_ps_mask(_mm512_cvtepi32_ps(k), f, _CMP_EQ_OQ) &
+                      _mm512_cmple_epu32_mask(_mm512_abs_epi32(k), _mm512_set1_epi32(1 << 18));
+                to_digits(k, &nat[2][v][16 * q], &nat[1][v][16 * q], &nat[0][v][16 * q]);
+                to_digits(_mm512_sub_epi32(_mm512_setzero_si512(), k), &nat[5][v][16 * q], &nat[4][v][16 * q],
+                          &nat[3][v][16 * q]);
             }
+        for (int d = 0; d < 6; d++) {
+            __m512i z[8], u[8];
+            for (int v = 0; v < 8; v++) z[v] = _mm512_load_si512(nat[d][v]);
+            fp8_transpose(z, u);
+            for (int s = 0; s < 8; s++) _mm512_store_si512(p->x[sb][s][d], u[s]);
         }
         for (int l = 0; l < 16; l++) {
             int64_t b = 16 * sb + FP8_LANE_BLOCK[l];
@@ -437,115 +448,93 @@ INL int fp8_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0,
     return ok == 0xFFFF;
 }
 
-/* Adds the first nsb blocks of 4 rows' superblock products P[row][lane] to acc, in block order. */
+/* Adds the first nsb blocks of 4 rows' superblock products P[row][lane] to acc, in block order:
+ * after the transpose, block b's 4 rows are 128-bit lane b%4 of q[b/4]. */
 INL void fp8_accumulate(float P[RT][16], int64_t nsb, __m128 *acc) {
     __m512i q[4];
     transpose4(_mm512_load_si512(P[0]), _mm512_load_si512(P[1]), _mm512_load_si512(P[2]), _mm512_load_si512(P[3]), q);
-    /* block b: the 4 rows sit in 128-bit lane 2(b/8) + b%2 of q[(b%8)/2] */
-    if (nsb == 16) {
-        __m128 a = *acc;
-        for (int h = 0; h < 2; h++)
-#pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) {
-                __m512 v = _mm512_castsi512_ps(q[k]);
-                a = _mm_add_ps(a, h ? _mm512_extractf32x4_ps(v, 2) : _mm512_castps512_ps128(v));
-                a = _mm_add_ps(a, h ? _mm512_extractf32x4_ps(v, 3) : _mm512_extractf32x4_ps(v, 1));
-            }
-        *acc = a;
-    } else {
-        _Alignas(64) float Q[4][16];
-        for (int k = 0; k < 4; k++) _mm512_store_si512(Q[k], q[k]);
-        for (int b = 0; b < nsb; b++)
-            *acc = _mm_add_ps(*acc, _mm_load_ps(&Q[(b & 7) >> 1][4 * (2 * (b >> 3) + (b & 1))]));
+    __m128 a = *acc;
+    for (int64_t b = 0; b < nsb; b++) {
+        __m512 v = _mm512_castsi512_ps(q[b >> 2]);
+        switch (b & 3) {
+        case 0: a = _mm_add_ps(a, _mm512_castps512_ps128(v)); break;
+        case 1: a = _mm_add_ps(a, _mm512_extractf32x4_ps(v, 1)); break;
+        case 2: a = _mm_add_ps(a, _mm512_extractf32x4_ps(v, 2)); break;
+        default: a = _mm_add_ps(a, _mm512_extractf32x4_ps(v, 3)); break;
+        }
     }
-}
-
-/* 16 half-superblock lanes of two halves (lane 4P+m: half-block P%2 of block 2m + P/2) -> the 16
- * blocks' sums in FP8_LANE_BLOCK order */
-INL __m512i fp8_join(__m512i h0, __m512i h1) {
-    return _mm512_add_epi32(_mm512_shuffle_i32x4(h0, h1, _MM_SHUFFLE(2, 0, 2, 0)),
-                            _mm512_shuffle_i32x4(h0, h1, _MM_SHUFFLE(3, 1, 3, 1)));
+    *acc = a;
 }
 
 /* One tile over a chunk: rp[i] at the chunk's first byte of row i, `bytes` of it valid, nblk
- * blocks; sp[i] at row i's scale of the chunk's first block; nt (1 or 2) tokens. Returns 0 if
+ * blocks; sp[i] at row i's scale of the chunk's first block; nt (1 to 4) tokens. Returns 0 if
  * it met a NaN code. One token keeps a separate sum per digit pair (short dependency chains);
- * two keep one per digit order. */
+ * more keep one per digit order. */
 INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_t nblk, const uint8_t *const sp[RT],
                  const prep_u *pp, const int nt, __m128 acc[TT]) {
     const __m512i lo = _mm512_loadu_si512(FP8_LO), hilo = _mm512_loadu_si512(FP8_HI_LO),
                   hi = _mm512_loadu_si512(FP8_HI);
-    const __m512i lane_block = _mm512_loadu_si512(FP8_LANE_BLOCK);
     const __m512i hb = _mm512_set1_epi8((char)0x80), e3bit = _mm512_set1_epi8(0x40);
     __m512i nan = _mm512_setzero_si512();
     for (int64_t sb = 0; sb < (nblk + 15) / 16; sb++) {
-        _Alignas(64) float P[2][RT][16];
+        _Alignas(64) float P[TT][RT][16];
         const int64_t nsb = imin(16, nblk - 16 * sb);
         const int full = 512 * (sb + 1) <= bytes;
         for (int i = 0; i < RT; i++) {
-            __m512i L[2][2], M[2][2]; /* [half][token]: sum = L + 2^16 M */
-#pragma GCC unroll 2
-            for (int G = 0; G < 2; G++) {
-                __m512i z[4], u[4], A[2][9];
-                const uint8_t *row = rp[i] + 512 * sb + 256 * G;
+            __m512i z[8], u[8], A[TT][9];
+            const uint8_t *row = rp[i] + 512 * sb;
+#pragma GCC unroll 8
+            for (int v = 0; v < 8; v++) {
+                _mm_prefetch((const char *)(row + 64 * v + pfd), _MM_HINT_T0);
+                z[v] = full ? _mm512_loadu_si512(row + 64 * v)
+                            : _mm512_maskz_loadu_epi8(mask64(bytes - 512 * sb - 64 * v), row + 64 * v);
+                nan = _mm512_max_epu8(nan, _mm512_or_si512(z[v], hb));
+            }
+            fp8_transpose(z, u);
 #pragma GCC unroll 4
-                for (int m = 0; m < 4; m++) {
-                    const int64_t off = 512 * sb + 256 * G + 64 * m;
-                    _mm_prefetch((const char *)(row + 64 * m + pfd), _MM_HINT_T0);
-                    z[m] = full ? _mm512_loadu_si512(row + 64 * m)
-                                : _mm512_maskz_loadu_epi8(mask64(bytes - off), row + 64 * m);
-                    nan = _mm512_max_epu8(nan, _mm512_or_si512(z[m], hb));
-                }
-                transpose4(z[0], z[1], z[2], z[3], u);
-#pragma GCC unroll 2
-                for (int t = 0; t < nt; t++)
+            for (int t = 0; t < nt; t++)
 #pragma GCC unroll 9
-                    for (int k = 0; k < 9; k++) A[t][k] = _mm512_setzero_si512();
+                for (int k = 0; k < 9; k++) A[t][k] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int s = 0; s < 8; s++) {
+                const __mmask64 e3 = _mm512_test_epi8_mask(u[s], e3bit), neg = _mm512_movepi8_mask(u[s]);
+                const __m512i h = _mm512_permutexvar_epi8(u[s], hi);
+                const __m512i d[3] = {_mm512_maskz_permutexvar_epi8(~e3, u[s], lo),
+                                      _mm512_mask_permutexvar_epi8(h, e3, u[s], hilo), _mm512_maskz_mov_epi8(e3, h)};
 #pragma GCC unroll 4
-                for (int s = 0; s < 4; s++) {
-                    const __mmask64 e3 = _mm512_test_epi8_mask(u[s], e3bit), neg = _mm512_movepi8_mask(u[s]);
-                    const __m512i h = _mm512_permutexvar_epi8(u[s], hi);
-                    const __m512i d[3] = {_mm512_maskz_permutexvar_epi8(~e3, u[s], lo),
-                                          _mm512_mask_permutexvar_epi8(h, e3, u[s], hilo),
-                                          _mm512_maskz_mov_epi8(e3, h)};
-#pragma GCC unroll 2
-                    for (int t = 0; t < nt; t++) {
-                        const int8_t(*X)[64] = pp[t].p8.x[sb][G][s];
-                        __m512i x[3];
-#pragma GCC unroll 3
-                        for (int b = 0; b < 3; b++)
-                            x[b] = _mm512_mask_blend_epi8(neg, _mm512_load_si512(X[b]), _mm512_load_si512(X[3 + b]));
-#pragma GCC unroll 3
-                        for (int a = 0; a < 3; a++)
-#pragma GCC unroll 3
-                            for (int b = 0; b < 3; b++) {
-                                const int k = nt == 1 ? 3 * a + b : a + b;
-                                A[t][k] = _mm512_dpbusd_epi32(A[t][k], d[a], x[b]);
-                            }
-                    }
-                }
-#pragma GCC unroll 2
                 for (int t = 0; t < nt; t++) {
-                    __m512i g[5];
-                    if (nt == 1) {
-                        g[0] = A[0][0];
-                        g[1] = _mm512_add_epi32(A[0][1], A[0][3]);
-                        g[2] = _mm512_add_epi32(_mm512_add_epi32(A[0][2], A[0][4]), A[0][6]);
-                        g[3] = _mm512_add_epi32(A[0][5], A[0][7]);
-                        g[4] = A[0][8];
-                    } else {
-                        for (int k = 0; k < 5; k++) g[k] = A[t][k];
-                    }
-                    L[G][t] = _mm512_add_epi32(g[0], _mm512_slli_epi32(g[1], 8));
-                    M[G][t] = _mm512_add_epi32(_mm512_add_epi32(g[2], _mm512_slli_epi32(g[3], 8)),
-                                               _mm512_slli_epi32(g[4], 16));
+                    const int8_t(*X)[64] = pp[t].p8.x[sb][s];
+                    __m512i x[3];
+#pragma GCC unroll 3
+                    for (int b = 0; b < 3; b++)
+                        x[b] = _mm512_mask_blend_epi8(neg, _mm512_load_si512(X[b]), _mm512_load_si512(X[3 + b]));
+#pragma GCC unroll 3
+                    for (int a = 0; a < 3; a++)
+#pragma GCC unroll 3
+                        for (int b = 0; b < 3; b++) {
+                            const int k = nt == 1 ? 3 * a + b : a + b;
+                            A[t][k] = _mm512_dpbusd_epi32(A[t][k], d[a], x[b]);
+                        }
                 }
             }
-            __m512 ws = e8m0_ps(_mm512_permutexvar_epi32(
-                lane_block, _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask16(nsb), sp[i] + 16 * sb))));
-#pragma GCC unroll 2
+            const __m512 ws = e8m0_ps(_mm512_permutexvar_epi32(
+                _mm512_loadu_si512(FP8_LANE_BLOCK), _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask16(nsb), sp[i] + 16 * sb))));
+#pragma GCC unroll 4
             for (int t = 0; t < nt; t++) {
-                __m512i l = fp8_join(L[0][t], L[1][t]), m = fp8_join(M[0][t], M[1][t]);
+                __m512i g[5];
+                if (nt == 1) {
+                    g[0] = A[0][0];
+                    g[1] = _mm512_add_epi32(A[0][1], A[0][3]);
+                    g[2] = _mm512_add_epi32(_mm512_add_epi32(A[0][2], A[0][4]), A[0][6]);
+                    g[3] = _mm512_add_epi32(A[0][5], A[0][7]);
+                    g[4] = A[0][8];
+                } else {
+                    for (int k = 0; k < 5; k++) g[k] = A[t][k];
+                }
+                /* the sum is L + 2^16 M, each part below 2^31 */
+                const __m512i l = _mm512_add_epi32(g[0], _mm512_slli_epi32(g[1], 8));
+                const __m512i m = _mm512_add_epi32(_mm512_add_epi32(g[2], _mm512_slli_epi32(g[3], 8)),
+                                                   _mm512_slli_epi32(g[4], 16));
                 const __m512d sh = _mm512_set1_pd(65536.0);
                 __m512d v0 = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(m)), sh,
                                              _mm512_cvtepi32_pd(_mm512_castsi512_si256(l)));
@@ -556,7 +545,7 @@ INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_
                 _mm512_store_ps(P[t][i], _mm512_mul_ps(_mm512_mul_ps(part, _mm512_load_ps(pp[t].p8.xs[sb])), ws));
             }
         }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int t = 0; t < nt; t++) fp8_accumulate(P[t], nsb, &acc[t]);
     }
     return _mm512_cmpeq_epi8_mask(nan, _mm512_set1_epi8((char)0xFF)) == 0;
@@ -614,7 +603,6 @@ TGT static void avx512_quant(const weight *w, int64_t r0, int64_t r1, const floa
     }
     const int64_t cols = w->cols, nb = (cols + 31) / 32, rowbytes = fp4 ? (cols + 1) / 2 : cols;
     const int64_t chunk = fp4 ? FP4_CHUNK : FP8V_CHUNK, bpb = fp4 ? 16 : 32; /* weight bytes per block */
-    const int tt = fp4 ? TT : 2; /* tokens per tile: fp8 keeps 9 or 5 sums per token and half */
     /* prefetch distance: the same bytes of a later tile's rows, at least 4 KB ahead (short rows,
      * as in an expert's down projection, otherwise prefetch too late to hide the memory latency) */
     const int64_t tile = RT * rowbytes, pfd = tile * ((4096 + tile - 1) / tile);
@@ -626,8 +614,8 @@ TGT static void avx512_quant(const weight *w, int64_t r0, int64_t r1, const floa
     for (int64_t b0 = 0; b0 < nb; b0 += chunk) {
         const int64_t nblk = imin(chunk, nb - b0);
         const int64_t bytes = imin(rowbytes - bpb * b0, bpb * nblk); /* the chunk's bytes per row */
-        for (int64_t t0 = 0; t0 < T; t0 += tt) {
-            const int nt = (int)imin(tt, T - t0);
+        for (int64_t t0 = 0; t0 < T; t0 += TT) {
+            const int nt = (int)imin(TT, T - t0);
             for (int t = 0; t < nt; t++) {
                 const float *xt = x + (t0 + t) * xstride, *xst = xs + (t0 + t) * nb;
                 int ok = fp4 ? fp4_prepare(xt, xst, cols, b0, nblk, &prep[t].p4)
@@ -660,8 +648,12 @@ TGT static void avx512_quant(const weight *w, int64_t r0, int64_t r1, const floa
                     default: fp4_tile(rp, pfd, ng, last, nblk, prep, 4, ws, acc); break;
                     }
                 } else {
-                    ok = nt == 1 ? fp8_tile(rp, pfd, bytes, nblk, sp, prep, 1, acc)
-                                 : fp8_tile(rp, pfd, bytes, nblk, sp, prep, 2, acc);
+                    switch (nt) {
+                    case 1: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 1, acc); break;
+                    case 2: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 2, acc); break;
+                    case 3: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 3, acc); break;
+                    default: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 4, acc); break;
+                    }
                 }
                 if (!ok) { /* a NaN weight code */
                     kernels_scalar.quant(w, r0, r1, x, xs, T, xstride, y, ystride);
