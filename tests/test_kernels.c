@@ -49,21 +49,9 @@ static float wild(void) {
     return (float)((r & 16 ? -1.0 : 1.0) * pow(10.0, 6.0 * unif() - 3.0));
 }
 
-/* act_quant as linear() does it: e4m3 values and power-of-two scales per 32 */
-static void act_quant(const float *x, int64_t n, float *q, float *s) {
-    for (int64_t b = 0; b < n; b += 32) {
-        int64_t e = b + 32 < n ? b + 32 : n;
-        float amax = 0.0f;
-        for (int64_t i = b; i < e; i++) amax = fmaxf(amax, fabsf(x[i]));
-        float sc = pow2_ceil(fmaxf(amax, 1e-4f) * (1.0f / 448.0f));
-        s[b / 32] = sc;
-        for (int64_t i = b; i < e; i++) {
-            float v = x[i] / sc;
-            v = v < -448.0f ? -448.0f : v > 448.0f ? 448.0f : v;
-            q[i] = e4m3_to_f32(f32_to_e4m3(v));
-        }
-    }
-}
+/* act_quant as linear() does it: e4m3 values and power-of-two scales per 32, by the scalar set
+ * (itself checked against worked values in test_act_quant_values) */
+static void act_quant(const float *x, int64_t n, float *q, float *s) { kernels_scalar.act_quant(x, n, q, s); }
 
 /* ---- weights of each kind */
 typedef enum { K_F32, K_BF16, K_E4M3_TILE, K_E4M3_ROW, K_FP4, N_KINDS } kind;
@@ -258,7 +246,7 @@ static void test_outside(const kernel_set *k) {
     free_guarded();
 }
 
-/* The set's act_quant gives the reference's scales and values bit for bit (NaN for NaN). */
+/* The set's act_quant gives the scalar set's scales and values bit for bit (NaN for NaN). */
 static void test_act_quant(const kernel_set *k) {
     static const int64_t ns[] = {1, 7, 31, 32, 33, 64, 95, 1000, 2048};
     /* grid ties after the scale of 1 that 448 gives: even mantissas win, in both ranges */
@@ -285,7 +273,30 @@ static void test_act_quant(const kernel_set *k) {
             free_guarded();
         }
     }
-    CHECK(bad == 0, "%s act_quant equals the reference bit for bit (%d differences)", k->name, bad);
+    CHECK(bad == 0, "%s act_quant equals the scalar set's bit for bit (%d differences)", k->name, bad);
+}
+
+/* The scalar act_quant against worked values: one block whose largest magnitude, 448, gives
+ * the scale 1, so each output is its input rounded to the e4m3 grid (step 2^-3 in [1, 2),
+ * 2^-9 below 2^-6), ties to the even mantissa, signs kept; and a block of
+ * tiny values, whose scale floors at pow2_ceil(1e-4 / 448) = 2^-22. */
+static void test_act_quant_values(void) {
+    static const float in[32] = {448.0f, 1.0625f, 1.1875f, -1.1875f, 2.5f * 0x1p-9f, 3.5f * 0x1p-9f, 7.5f * 0x1p-9f,
+                                 0.5f * 0x1p-9f, -0.5f * 0x1p-9f, 0x1p-130f, -0.0f, 15.75f * 0x1p-6f, 100.0f, -200.0f,
+                                 240.0f, 1.3f, -300.0f, 0.01f};
+    static const float want[32] = {448.0f, 1.0f, 1.25f, -1.25f, 2.0f * 0x1p-9f, 4.0f * 0x1p-9f, 8.0f * 0x1p-9f,
+                                   0.0f, -0.0f, 0.0f, -0.0f, 16.0f * 0x1p-6f, 96.0f, -192.0f,
+                                   240.0f, 1.25f, -288.0f, 5.0f * 0x1p-9f};
+    float q[32], s[1];
+    kernels_scalar.act_quant(in, 32, q, s);
+    int bad = s[0] != 1.0f;
+    for (int i = 0; i < 32; i++) bad += memcmp(&q[i], &want[i], sizeof(float)) != 0;
+    CHECK(bad == 0, "scalar act_quant: worked values (%d wrong, scale %g)", bad, (double)s[0]);
+    float tiny[3] = {1e-9f, -3e-9f, 0.0f}, qt[3], st[1];
+    kernels_scalar.act_quant(tiny, 3, qt, st);
+    CHECK(st[0] == 0x1p-22f && qt[0] == e4m3_to_f32(f32_to_e4m3(1e-9f * 0x1p22f)) &&
+              qt[1] == e4m3_to_f32(f32_to_e4m3(-3e-9f * 0x1p22f)) && qt[2] == 0.0f,
+          "scalar act_quant: the amax floor");
 }
 
 int main(void) {
@@ -303,6 +314,7 @@ int main(void) {
         test_act_quant(k);
         ran++;
     }
+    test_act_quant_values();
     CHECK(kernels_find("scalar") == &kernels_scalar && kernels_find("nonesuch") == NULL, "kernels_find");
     CHECK(kernels_best() != NULL && (ran == 0 || kernels_best() != &kernels_scalar), "kernels_best picks a fast set");
     printf("best: %s\n", kernels_best()->name);
