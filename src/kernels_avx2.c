@@ -508,77 +508,13 @@ INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_
 
 /* ================================================================ quant driver */
 
-TGT static void avx2_quant(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
-                           int64_t xstride, float *y, int64_t ystride) {
-    const int fp4 = w->type == DT_FP4;
-    /* the fp8 path computes with subnormal f32 patterns, which denormals-are-zero would flush */
-    if ((!fp4 && w->type != DT_E4M3) || !w->scale || w->cols == 0 || (!fp4 && (_mm_getcsr() & 0x0040))) {
-        kernels_scalar.quant(w, r0, r1, x, xs, T, xstride, y, ystride);
-        return;
-    }
-    const int64_t cols = w->cols, nb = (cols + 31) / 32, rowbytes = fp4 ? (cols + 1) / 2 : cols;
-    const int64_t chunk = fp4 ? FP4_CHUNK : FP8_CHUNK, bpb = fp4 ? 16 : 32, pfd = RT * rowbytes;
-    prep_u prep[T < TT ? (T > 0 ? T : 1) : TT]; /* on the stack: about 33 KB per token of a tile */
-    _Alignas(32) float ws[FP4_CHUNK * 4];
-    for (int64_t b0 = 0; b0 < nb; b0 += chunk) {
-        const int64_t nblk = imin(chunk, nb - b0);
-        const int64_t bytes = imin(rowbytes - bpb * b0, bpb * nblk);
-        /* one row block: the quant kernels do enough work per weight byte that re-reading the rows
-         * for each token tile costs less than preparing the inputs again per block */
-        const int64_t rblock = r1 > r0 ? r1 - r0 : 1;
-        for (int64_t rb = r0; rb < r1; rb += rblock) {
-            const int64_t rb1 = imin(r1, rb + rblock);
-            for (int64_t t0 = 0; t0 < T; t0 += TT) {
-                const int nt = (int)imin(TT, T - t0);
-                for (int t = 0; t < nt; t++) {
-                    const float *xt = x + (t0 + t) * xstride, *xst = xs + (t0 + t) * nb;
-                    int ok = fp4 ? fp4_prepare(xt, xst, cols, b0, nblk, &prep[t].p4)
-                                 : fp8_prepare(xt, xst, cols, b0, nblk, &prep[t].p8);
-                    if (!ok) {
-                        kernels_scalar.quant(w, r0, r1, x, xs, T, xstride, y, ystride);
-                        return;
-                    }
-                }
-                for (int64_t r = rb; r < rb1; r += RT) {
-                    const int nr = (int)imin(RT, rb1 - r);
-                    int64_t ri[RT];
-                    tile_rows(r, nr, ri);
-                    const uint8_t *rp[RT], *sp[RT];
-                    for (int i = 0; i < RT; i++) {
-                        rp[i] = (const uint8_t *)w->data + ri[i] * rowbytes + bpb * b0;
-                        sp[i] = w->scale + (ri[i] / w->scale_rows) * nb + (fp4 ? 0 : b0);
-                    }
-                    __m128 acc[TT] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
-                    for (int t = 0; t < nt; t++)
-                        if (b0 > 0) acc[t] = load_rows(y + (t0 + t) * ystride + (r - r0), nr);
-                    int ok = 1;
-                    if (fp4) {
-                        scales4(sp, b0, nblk, ws);
-                        const int64_t ng = (nblk + 1) / 2, last = bytes - 32 * (ng - 1);
-                        switch (nt) {
-                        case 1: fp4_tile(rp, pfd, ng, last, nblk, prep, 1, ws, acc); break;
-                        case 2: fp4_tile(rp, pfd, ng, last, nblk, prep, 2, ws, acc); break;
-                        case 3: fp4_tile(rp, pfd, ng, last, nblk, prep, 3, ws, acc); break;
-                        default: fp4_tile(rp, pfd, ng, last, nblk, prep, 4, ws, acc); break;
-                        }
-                    } else {
-                        switch (nt) {
-                        case 1: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 1, acc); break;
-                        case 2: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 2, acc); break;
-                        case 3: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 3, acc); break;
-                        default: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 4, acc); break;
-                        }
-                    }
-                    if (!ok) { /* a NaN weight code */
-                        kernels_scalar.quant(w, r0, r1, x, xs, T, xstride, y, ystride);
-                        return;
-                    }
-                    for (int t = 0; t < nt; t++) store_rows(y + (t0 + t) * ystride + (r - r0), nr, acc[t]);
-                }
-            }
-        }
-    }
-}
+/* the fp8 tile computes with subnormal f32 patterns, which denormals-are-zero would flush */
+INL int fp8_usable(void) { return !(_mm_getcsr() & 0x0040); }
+
+#define QUANT_NAME avx2_quant
+#define QUANT_FP8_CHUNK FP8_CHUNK
+#define FP4_GROUP 32
+#include "kernels_quant.h"
 
 /* ================================================================ act_quant
  * as in kernels_avx512.c: (|v| + C) - C with C = 1.5 * 2^(e+20) rounds to the e4m3 grid */

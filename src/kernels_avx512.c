@@ -594,77 +594,14 @@ TGT static void avx512_act_quant(const float *x, int64_t n, float *q, float *s) 
 
 /* ================================================================ quant driver */
 
-TGT static void avx512_quant(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
-                             int64_t xstride, float *y, int64_t ystride) {
-    const int fp4 = w->type == DT_FP4;
-    if ((!fp4 && w->type != DT_E4M3) || !w->scale || w->cols == 0) {
-        kernels_scalar.quant(w, r0, r1, x, xs, T, xstride, y, ystride);
-        return;
-    }
-    const int64_t cols = w->cols, nb = (cols + 31) / 32, rowbytes = fp4 ? (cols + 1) / 2 : cols;
-    const int64_t chunk = fp4 ? FP4_CHUNK : FP8V_CHUNK, bpb = fp4 ? 16 : 32; /* weight bytes per block */
-    /* prefetch distance: the same bytes of a later tile's rows, at least 4 KB ahead (short rows,
-     * as in an expert's down projection, otherwise prefetch too late to hide the memory latency) */
-    const int64_t tile = RT * rowbytes, pfd = tile * ((4096 + tile - 1) / tile);
-    prep_u prep[T < TT ? (T > 0 ? T : 1) : TT]; /* on the stack: about 33 KB per token of a tile */
-    _Alignas(64) float ws[FP4_CHUNK * 4];
-    /* the inputs are prepared once per chunk and token tile, and every row of [r0, r1) passes
-     * over them: the quant kernels do enough work per weight byte that re-reading the rows for
-     * each token tile costs less than preparing the inputs again per row block */
-    for (int64_t b0 = 0; b0 < nb; b0 += chunk) {
-        const int64_t nblk = imin(chunk, nb - b0);
-        const int64_t bytes = imin(rowbytes - bpb * b0, bpb * nblk); /* the chunk's bytes per row */
-        for (int64_t t0 = 0; t0 < T; t0 += TT) {
-            const int nt = (int)imin(TT, T - t0);
-            for (int t = 0; t < nt; t++) {
-                const float *xt = x + (t0 + t) * xstride, *xst = xs + (t0 + t) * nb;
-                int ok = fp4 ? fp4_prepare(xt, xst, cols, b0, nblk, &prep[t].p4)
-                             : fp8_prepare(xt, xst, cols, b0, nblk, &prep[t].p8);
-                if (!ok) {
-                    kernels_scalar.quant(w, r0, r1, x, xs, T, xstride, y, ystride);
-                    return;
-                }
-            }
-            for (int64_t r = r0; r < r1; r += RT) {
-                const int nr = (int)imin(RT, r1 - r);
-                int64_t ri[RT];
-                tile_rows(r, nr, ri);
-                const uint8_t *rp[RT], *sp[RT];
-                for (int i = 0; i < RT; i++) {
-                    rp[i] = (const uint8_t *)w->data + ri[i] * rowbytes + bpb * b0;
-                    sp[i] = w->scale + (ri[i] / w->scale_rows) * nb + (fp4 ? 0 : b0);
-                }
-                __m128 acc[TT] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
-                for (int t = 0; t < nt; t++)
-                    if (b0 > 0) acc[t] = _mm_maskz_loadu_ps(mask16(nr), y + (t0 + t) * ystride + (r - r0));
-                int ok = 1;
-                if (fp4) {
-                    scales4(sp, b0, nblk, ws);
-                    const int64_t ng = (nblk + 3) / 4, last = bytes - 64 * (ng - 1);
-                    switch (nt) {
-                    case 1: fp4_tile(rp, pfd, ng, last, nblk, prep, 1, ws, acc); break;
-                    case 2: fp4_tile(rp, pfd, ng, last, nblk, prep, 2, ws, acc); break;
-                    case 3: fp4_tile(rp, pfd, ng, last, nblk, prep, 3, ws, acc); break;
-                    default: fp4_tile(rp, pfd, ng, last, nblk, prep, 4, ws, acc); break;
-                    }
-                } else {
-                    switch (nt) {
-                    case 1: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 1, acc); break;
-                    case 2: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 2, acc); break;
-                    case 3: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 3, acc); break;
-                    default: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 4, acc); break;
-                    }
-                }
-                if (!ok) { /* a NaN weight code */
-                    kernels_scalar.quant(w, r0, r1, x, xs, T, xstride, y, ystride);
-                    return;
-                }
-                for (int t = 0; t < nt; t++)
-                    _mm_mask_storeu_ps(y + (t0 + t) * ystride + (r - r0), mask16(nr), acc[t]);
-            }
-        }
-    }
-}
+INL int fp8_usable(void) { return 1; } /* integers and exact f64: no denormal on the way */
+INL __m128 load_rows(const float *y, int nr) { return _mm_maskz_loadu_ps(mask16(nr), y); }
+INL void store_rows(float *y, int nr, __m128 v) { _mm_mask_storeu_ps(y, mask16(nr), v); }
+
+#define QUANT_NAME avx512_quant
+#define QUANT_FP8_CHUNK FP8V_CHUNK
+#define FP4_GROUP 64
+#include "kernels_quant.h"
 
 const kernel_set kernels_avx512 = {"avx512", avx512_dense, avx512_quant, avx512_act_quant};
 
