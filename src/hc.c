@@ -10,6 +10,7 @@
 
 #include "model.h"
 #include "numerics.h"
+#include "pool.h"
 #include "scratch.h"
 
 /* x [T][n], w [n] -> y [T][n] = bf16(w * (x * rsqrt(mean(x^2) + eps))) */
@@ -74,26 +75,52 @@ void hc_mixes(const float *h, int64_t T, const config *c, const weight *fn, cons
     scratch_end(mark);
 }
 
-/* h [T][hc][dim], pre [T][hc] -> y [T][dim] = bf16(sum_c pre[c] * h[c]) */
-void hc_pre(const float *h, const float *pre, int64_t T, int32_t hc, int32_t dim, float *y) {
-    for (int64_t t = 0; t < T; t++)
+typedef struct {
+    const float *x;    /* hc_post: [T][dim] the block's output */
+    const float *res;  /* [T][hc][dim] the residual copies */
+    const float *wts;  /* [T][hc] hc_pre's pre or hc_post's post weights */
+    const float *comb; /* hc_post: [T][hc][hc] */
+    int32_t hc, dim;
+    float *y;
+} hc_job;
+
+/* tokens [b, e) of hc_pre */
+static void pre_range(void *ctx, int64_t b, int64_t e) {
+    const hc_job *j = ctx;
+    const int32_t hc = j->hc, dim = j->dim;
+    for (int64_t t = b; t < e; t++)
         for (int32_t d = 0; d < dim; d++) {
             float acc = 0.0f;
-            for (int32_t c = 0; c < hc; c++) acc += pre[t * hc + c] * h[(t * hc + c) * dim + d];
-            y[t * dim + d] = bf16_round(acc);
+            for (int32_t c = 0; c < hc; c++) acc += j->wts[t * hc + c] * j->res[(t * hc + c) * dim + d];
+            j->y[t * dim + d] = bf16_round(acc);
         }
+}
+
+/* h [T][hc][dim], pre [T][hc] -> y [T][dim] = bf16(sum_c pre[c] * h[c]), tokens over the pool */
+void hc_pre(const float *h, const float *pre, int64_t T, int32_t hc, int32_t dim, float *y) {
+    hc_job j = {NULL, h, pre, NULL, hc, dim, y};
+    pool_run(T, 8, pre_range, &j);
+}
+
+/* rows [b, e) of hc_post, a row being one output copy k of one token t (b = t hc + k) */
+static void post_range(void *ctx, int64_t b, int64_t e) {
+    const hc_job *j = ctx;
+    const int32_t hc = j->hc, dim = j->dim;
+    for (int64_t r = b; r < e; r++) {
+        const int64_t t = r / hc, k = r % hc;
+        for (int32_t d = 0; d < dim; d++) {
+            float mix = 0.0f;
+            for (int32_t i = 0; i < hc; i++) mix += j->comb[(t * hc + i) * hc + k] * j->res[(t * hc + i) * dim + d];
+            j->y[r * dim + d] = bf16_round(j->wts[r] * j->x[t * dim + d] + mix);
+        }
+    }
 }
 
 /* x [T][dim], res [T][hc][dim], post [T][hc], comb [T][hc][hc]
  * -> y [T][hc][dim] = bf16(post[k] * x + sum_j comb[j][k] * res[j]); the sum over j is formed
- * first, as torch.sum does, and only then added to post * x */
+ * first, as torch.sum does, and only then added to post * x. Rows go over the pool. */
 void hc_post(const float *x, const float *res, const float *post, const float *comb, int64_t T, int32_t hc,
              int32_t dim, float *y) {
-    for (int64_t t = 0; t < T; t++)
-        for (int32_t k = 0; k < hc; k++)
-            for (int32_t d = 0; d < dim; d++) {
-                float mix = 0.0f;
-                for (int32_t j = 0; j < hc; j++) mix += comb[(t * hc + j) * hc + k] * res[(t * hc + j) * dim + d];
-                y[(t * hc + k) * dim + d] = bf16_round(post[t * hc + k] * x[t * dim + d] + mix);
-            }
+    hc_job j = {x, res, post, comb, hc, dim, y};
+    pool_run(T * hc, 2, post_range, &j);
 }
