@@ -122,5 +122,5 @@ static void post_range(void *ctx, int64_t b, int64_t e) {
 void hc_post(const float *x, const float *res, const float *post, const float *comb, int64_t T, int32_t hc,
              int32_t dim, float *y) {
     hc_job j = {x, res, post, comb, hc, dim, y};
-    pool_run(T * hc, 2, post_range, &j);
+    pool_run(T * hc, 2 * hc, post_range, &j); /* a decode step's few rows stay on this thread */
 }
