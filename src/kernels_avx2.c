@@ -179,60 +179,6 @@ INL int dense_tile(const dtype ty, const uint8_t *const rp[RT], const uint8_t *c
     return rows_nan;
 }
 
-TGT static void avx2_dense(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
-                           int64_t xstride, float *y, int64_t ystride) {
-    const dtype ty = w->type;
-    const int64_t cols = w->cols, nb = (cols + 31) / 32;
-    int64_t rowbytes;
-    switch (ty) {
-    case DT_F32: rowbytes = 4 * cols; break;
-    case DT_BF16: rowbytes = 2 * cols; break;
-    case DT_E4M3: rowbytes = cols; break;
-    case DT_FP4: rowbytes = (cols + 1) / 2; break;
-    default: kernels_scalar.dense(w, r0, r1, x, xs, T, xstride, y, ystride); return;
-    }
-    const int64_t rblock = row_block(rowbytes, r1 - r0, T);
-    for (int64_t rb = r0; rb < r1; rb += rblock) {
-        const int64_t rb1 = imin(r1, rb + rblock);
-        for (int64_t t0 = 0; t0 < T; t0 += TT) {
-            const int nt = (int)imin(TT, T - t0);
-            const float *xp[TT];
-            for (int t = 0; t < TT; t++) xp[t] = x + (t0 + (t < nt ? t : 0)) * xstride;
-            for (int64_t r = rb; r < rb1; r += RT) {
-                const int nr = (int)imin(RT, rb1 - r);
-                int64_t ri[RT];
-                tile_rows(r, nr, ri);
-                const uint8_t *rp[RT], *sp[RT];
-                for (int i = 0; i < RT; i++) {
-                    rp[i] = (const uint8_t *)w->data + ri[i] * rowbytes;
-                    sp[i] = w->scale ? w->scale + (ri[i] / w->scale_rows) * nb : NULL;
-                }
-                __m128 out[TT];
-                int nan = 0;
-#define DENSE_CASE(TY)                                                             \
-    switch (nt) {                                                                  \
-    case 1: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 1, out); break;  \
-    case 2: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 2, out); break;  \
-    case 3: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 3, out); break;  \
-    default: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 4, out); break; \
-    }
-                switch (ty) {
-                case DT_F32: DENSE_CASE(DT_F32); break;
-                case DT_BF16: DENSE_CASE(DT_BF16); break;
-                case DT_E4M3: DENSE_CASE(DT_E4M3); break;
-                default: DENSE_CASE(DT_FP4); break;
-                }
-#undef DENSE_CASE
-                for (int t = 0; t < nt; t++) store_rows(y + (t0 + t) * ystride + (r - r0), nr, out[t]);
-                for (int i = 0; i < nr; i++) /* a row with a NaN code: the reference's element-wise path */
-                    if (nan >> i & 1)
-                        kernels_scalar.dense(w, r + i, r + i + 1, x + t0 * xstride, xs, nt, xstride,
-                                             y + t0 * ystride + (r + i - r0), ystride);
-            }
-        }
-    }
-}
-
 /* ================================================================ quant, fp4 */
 
 /* one token's prepared input per group of 2 blocks (64 inputs, 32 weight bytes): the digits
@@ -506,15 +452,16 @@ INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_
     return _mm256_movemask_epi8(_mm256_cmpeq_epi8(nan, _mm256_set1_epi8((char)0xFF))) == 0;
 }
 
-/* ================================================================ quant driver */
+/* ================================================================ drivers */
 
 /* the fp8 tile computes with subnormal f32 patterns, which denormals-are-zero would flush */
 INL int fp8_usable(void) { return !(_mm_getcsr() & 0x0040); }
 
+#define DENSE_NAME avx2_dense
 #define QUANT_NAME avx2_quant
 #define QUANT_FP8_CHUNK FP8_CHUNK
 #define FP4_GROUP 32
-#include "kernels_quant.h"
+#include "kernels_drivers.h"
 
 /* ================================================================ act_quant
  * as in kernels_avx512.c: (|v| + C) - C with C = 1.5 * 2^(e+20) rounds to the e4m3 grid */

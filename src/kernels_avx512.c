@@ -32,6 +32,10 @@
 INL __mmask16 mask16(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
 INL __mmask64 mask64(int64_t n) { return n >= 64 ? ~0ull : n <= 0 ? 0 : (__mmask64)((1ull << n) - 1); }
 
+/* the first nr (1..4) of 4 consecutive outputs */
+INL __m128 load_rows(const float *y, int nr) { return _mm_maskz_loadu_ps(mask16(nr), y); }
+INL void store_rows(float *y, int nr, __m128 v) { _mm_mask_storeu_ps(y, mask16(nr), v); }
+
 /* e8m0 codes (one per int32 lane) as f32, as e8m0_to_f32 */
 INL __m512 e8m0_ps(__m512i c) {
     __m512i v = _mm512_slli_epi32(c, 23);
@@ -164,64 +168,6 @@ INL int dense_tile(const dtype ty, const uint8_t *const rp[RT], const uint8_t *c
 #pragma GCC unroll 4
         for (int i = 0; i < RT; i++) rows_nan |= (_mm_cmpeq_epi8_mask(nan[i], _mm_set1_epi8((char)0xFF)) != 0) << i;
     return rows_nan;
-}
-
-TGT static void avx512_dense(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
-                             int64_t xstride, float *y, int64_t ystride) {
-    const dtype ty = w->type;
-    const int64_t cols = w->cols, nb = (cols + 31) / 32;
-    int64_t esz;
-    switch (ty) {
-    case DT_F32: esz = 4; break;
-    case DT_BF16: esz = 2; break;
-    case DT_E4M3: esz = 1; break;
-    case DT_FP4: esz = 0; break;
-    default: kernels_scalar.dense(w, r0, r1, x, xs, T, xstride, y, ystride); return;
-    }
-    const int64_t rowbytes = esz ? cols * esz : (cols + 1) / 2;
-    const int64_t rblock = row_block(rowbytes, r1 - r0, T);
-    for (int64_t rb = r0; rb < r1; rb += rblock) {
-        const int64_t rb1 = imin(r1, rb + rblock);
-        for (int64_t t0 = 0; t0 < T; t0 += TT) {
-            const int nt = (int)imin(TT, T - t0);
-            const float *xp[TT];
-#pragma GCC unroll 4
-            for (int t = 0; t < TT; t++) xp[t] = x + (t0 + (t < nt ? t : 0)) * xstride;
-            for (int64_t r = rb; r < rb1; r += RT) {
-                const int nr = (int)imin(RT, rb1 - r);
-                int64_t ri[RT];
-                tile_rows(r, nr, ri);
-                const uint8_t *rp[RT], *sp[RT];
-#pragma GCC unroll 4
-                for (int i = 0; i < RT; i++) {
-                    rp[i] = (const uint8_t *)w->data + ri[i] * rowbytes;
-                    sp[i] = w->scale ? w->scale + (ri[i] / w->scale_rows) * nb : NULL;
-                }
-                __m128 out[TT];
-                int nan = 0;
-#define DENSE_CASE(TY)                                                             \
-    switch (nt) {                                                                  \
-    case 1: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 1, out); break;  \
-    case 2: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 2, out); break;  \
-    case 3: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 3, out); break;  \
-    default: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 4, out); break; \
-    }
-                switch (ty) {
-                case DT_F32: DENSE_CASE(DT_F32); break;
-                case DT_BF16: DENSE_CASE(DT_BF16); break;
-                case DT_E4M3: DENSE_CASE(DT_E4M3); break;
-                default: DENSE_CASE(DT_FP4); break;
-                }
-#undef DENSE_CASE
-#pragma GCC unroll 4
-                for (int t = 0; t < nt; t++) _mm_mask_storeu_ps(y + (t0 + t) * ystride + (r - r0), mask16(nr), out[t]);
-                for (int i = 0; i < nr; i++) /* a row with a NaN code: the reference's element-wise path */
-                    if (nan >> i & 1)
-                        kernels_scalar.dense(w, r + i, r + i + 1, x + t0 * xstride, xs, nt, xstride,
-                                             y + t0 * ystride + (r + i - r0), ystride);
-            }
-        }
-    }
 }
 
 /* ================================================================ quant, fp4 */
@@ -592,16 +538,15 @@ TGT static void avx512_act_quant(const float *x, int64_t n, float *q, float *s) 
     if (b < n) kernels_scalar.act_quant(x + b, n - b, q + b, s + b / 32);
 }
 
-/* ================================================================ quant driver */
+/* ================================================================ drivers */
 
 INL int fp8_usable(void) { return 1; } /* integers and exact f64: no denormal on the way */
-INL __m128 load_rows(const float *y, int nr) { return _mm_maskz_loadu_ps(mask16(nr), y); }
-INL void store_rows(float *y, int nr, __m128 v) { _mm_mask_storeu_ps(y, mask16(nr), v); }
 
+#define DENSE_NAME avx512_dense
 #define QUANT_NAME avx512_quant
 #define QUANT_FP8_CHUNK FP8V_CHUNK
 #define FP4_GROUP 64
-#include "kernels_quant.h"
+#include "kernels_drivers.h"
 
 const kernel_set kernels_avx512 = {"avx512", avx512_dense, avx512_quant, avx512_act_quant};
 

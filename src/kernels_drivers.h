@@ -1,0 +1,140 @@
+/* kernels_drivers.h - the dense and quant drivers the x86 sets share (see kernels.h for what
+ * they compute).
+ *
+ * Included by kernels_avx2.c and kernels_avx512.c after their tiles, so the one pair of loops
+ * compiles under each file's target attributes with that file's pieces. Each defines before
+ * including: TGT, DENSE_NAME and QUANT_NAME (the functions to define), QUANT_FP8_CHUNK (blocks
+ * per prepared fp8 chunk), FP4_GROUP (weight bytes per fp4 group), fp8_usable() (whether the
+ * fp8 tile may run in the current floating-point state), dense_tile, prep_u, fp4_prepare,
+ * fp8_prepare, scales4, fp4_tile, fp8_tile, load_rows and store_rows.
+ *
+ * dense: token tiles inside cache-sized row blocks (row_block), so each weight byte comes from
+ * memory once; a row holding a NaN e4m3 code goes to the scalar kernel (the f16 decoding has
+ * no NaN).
+ * quant: the inputs are prepared once per chunk of blocks and token tile, and every row of
+ * [r0, r1) passes over them: the quant tiles do enough work per weight byte that re-reading the
+ * rows for each token tile costs less than preparing the inputs again per row block. Inputs
+ * outside the exact range and NaN weight codes hand the whole call to the scalar kernel, which
+ * gives the same bits. */
+
+TGT static void DENSE_NAME(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
+                           int64_t xstride, float *y, int64_t ystride) {
+    const dtype ty = w->type;
+    const int64_t cols = w->cols, nb = (cols + 31) / 32;
+    int64_t rowbytes;
+    switch (ty) {
+    case DT_F32: rowbytes = 4 * cols; break;
+    case DT_BF16: rowbytes = 2 * cols; break;
+    case DT_E4M3: rowbytes = cols; break;
+    case DT_FP4: rowbytes = (cols + 1) / 2; break;
+    default: kernels_scalar.dense(w, r0, r1, x, xs, T, xstride, y, ystride); return;
+    }
+    const int64_t rblock = row_block(rowbytes, r1 - r0, T);
+    for (int64_t rb = r0; rb < r1; rb += rblock) {
+        const int64_t rb1 = imin(r1, rb + rblock);
+        for (int64_t t0 = 0; t0 < T; t0 += TT) {
+            const int nt = (int)imin(TT, T - t0);
+            const float *xp[TT];
+            for (int t = 0; t < TT; t++) xp[t] = x + (t0 + (t < nt ? t : 0)) * xstride;
+            for (int64_t r = rb; r < rb1; r += RT) {
+                const int nr = (int)imin(RT, rb1 - r);
+                int64_t ri[RT];
+                tile_rows(r, nr, ri);
+                const uint8_t *rp[RT], *sp[RT];
+                for (int i = 0; i < RT; i++) {
+                    rp[i] = (const uint8_t *)w->data + ri[i] * rowbytes;
+                    sp[i] = w->scale ? w->scale + (ri[i] / w->scale_rows) * nb : NULL;
+                }
+                __m128 out[TT];
+                int nan = 0;
+#define DENSE_CASE(TY)                                                             \
+    switch (nt) {                                                                  \
+    case 1: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 1, out); break;  \
+    case 2: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 2, out); break;  \
+    case 3: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 3, out); break;  \
+    default: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 4, out); break; \
+    }
+                switch (ty) {
+                case DT_F32: DENSE_CASE(DT_F32); break;
+                case DT_BF16: DENSE_CASE(DT_BF16); break;
+                case DT_E4M3: DENSE_CASE(DT_E4M3); break;
+                default: DENSE_CASE(DT_FP4); break;
+                }
+#undef DENSE_CASE
+                for (int t = 0; t < nt; t++) store_rows(y + (t0 + t) * ystride + (r - r0), nr, out[t]);
+                for (int i = 0; i < nr; i++) /* a row with a NaN code: the reference's element-wise path */
+                    if (nan >> i & 1)
+                        kernels_scalar.dense(w, r + i, r + i + 1, x + t0 * xstride, xs, nt, xstride,
+                                             y + t0 * ystride + (r + i - r0), ystride);
+            }
+        }
+    }
+}
+
+TGT static void QUANT_NAME(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
+                           int64_t xstride, float *y, int64_t ystride) {
+    const int fp4 = w->type == DT_FP4;
+    if ((!fp4 && (w->type != DT_E4M3 || !fp8_usable())) || !w->scale || w->cols == 0) {
+        kernels_scalar.quant(w, r0, r1, x, xs, T, xstride, y, ystride);
+        return;
+    }
+    const int64_t cols = w->cols, nb = (cols + 31) / 32, rowbytes = fp4 ? (cols + 1) / 2 : cols;
+    const int64_t chunk = fp4 ? FP4_CHUNK : QUANT_FP8_CHUNK, bpb = fp4 ? 16 : 32; /* weight bytes per block */
+    /* prefetch distance: the same bytes of a later tile's rows, at least 4 KB ahead (short rows,
+     * as in an expert's down projection, otherwise prefetch too late to hide the memory latency) */
+    const int64_t tile = RT * rowbytes, pfd = tile * ((4096 + tile - 1) / tile);
+    prep_u prep[T < TT ? (T > 0 ? T : 1) : TT]; /* on the stack: about 33 KB per token of a tile */
+    _Alignas(64) float ws[FP4_CHUNK * 4];
+    for (int64_t b0 = 0; b0 < nb; b0 += chunk) {
+        const int64_t nblk = imin(chunk, nb - b0);
+        const int64_t bytes = imin(rowbytes - bpb * b0, bpb * nblk); /* the chunk's bytes per row */
+        for (int64_t t0 = 0; t0 < T; t0 += TT) {
+            const int nt = (int)imin(TT, T - t0);
+            for (int t = 0; t < nt; t++) {
+                const float *xt = x + (t0 + t) * xstride, *xst = xs + (t0 + t) * nb;
+                int ok = fp4 ? fp4_prepare(xt, xst, cols, b0, nblk, &prep[t].p4)
+                             : fp8_prepare(xt, xst, cols, b0, nblk, &prep[t].p8);
+                if (!ok) {
+                    kernels_scalar.quant(w, r0, r1, x, xs, T, xstride, y, ystride);
+                    return;
+                }
+            }
+            for (int64_t r = r0; r < r1; r += RT) {
+                const int nr = (int)imin(RT, r1 - r);
+                int64_t ri[RT];
+                tile_rows(r, nr, ri);
+                const uint8_t *rp[RT], *sp[RT];
+                for (int i = 0; i < RT; i++) {
+                    rp[i] = (const uint8_t *)w->data + ri[i] * rowbytes + bpb * b0;
+                    sp[i] = w->scale + (ri[i] / w->scale_rows) * nb + (fp4 ? 0 : b0);
+                }
+                __m128 acc[TT] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
+                for (int t = 0; t < nt; t++)
+                    if (b0 > 0) acc[t] = load_rows(y + (t0 + t) * ystride + (r - r0), nr);
+                int ok = 1;
+                if (fp4) {
+                    scales4(sp, b0, nblk, ws);
+                    const int64_t ng = (nblk * 16 + FP4_GROUP - 1) / FP4_GROUP, last = bytes - FP4_GROUP * (ng - 1);
+                    switch (nt) {
+                    case 1: fp4_tile(rp, pfd, ng, last, nblk, prep, 1, ws, acc); break;
+                    case 2: fp4_tile(rp, pfd, ng, last, nblk, prep, 2, ws, acc); break;
+                    case 3: fp4_tile(rp, pfd, ng, last, nblk, prep, 3, ws, acc); break;
+                    default: fp4_tile(rp, pfd, ng, last, nblk, prep, 4, ws, acc); break;
+                    }
+                } else {
+                    switch (nt) {
+                    case 1: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 1, acc); break;
+                    case 2: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 2, acc); break;
+                    case 3: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 3, acc); break;
+                    default: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 4, acc); break;
+                    }
+                }
+                if (!ok) { /* a NaN weight code */
+                    kernels_scalar.quant(w, r0, r1, x, xs, T, xstride, y, ystride);
+                    return;
+                }
+                for (int t = 0; t < nt; t++) store_rows(y + (t0 + t) * ystride + (r - r0), nr, acc[t]);
+            }
+        }
+    }
+}
