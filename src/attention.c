@@ -88,11 +88,17 @@ static float dot_lanes(const float *a, const float *b, int32_t n) {
 }
 
 typedef struct {
-    const float *q, *kv, *sink;
+    const float *q, *sink;
+    const float *win, *ckv; /* rows [0, nwin): the window rows; from nwin on: the compressed cache */
     const int32_t *idx;
-    int32_t H, D, width;
+    int32_t H, D, width, nwin;
     float scale, *o;
 } attn_job;
+
+/* the KV row of index id */
+static const float *attn_row(const attn_job *j, int32_t id) {
+    return id < j->nwin ? j->win + (int64_t)id * j->D : j->ckv + (int64_t)(id - j->nwin) * j->D;
+}
 
 /* (token, head) pairs [b, e): softmax over the picked rows with the sink in the max and the
  * denominator only. Each pair is computed the same way whichever thread takes it. */
@@ -109,7 +115,7 @@ static void attn_range(void *ctx, int64_t b, int64_t e) {
         float mx = j->sink[h];
         for (int32_t k = 0; k < width; k++) {
             if (ids[k] < 0) { score[k] = -INFINITY; continue; }
-            score[k] = dot_lanes(qv, j->kv + (int64_t)ids[k] * D, D) * j->scale;
+            score[k] = dot_lanes(qv, attn_row(j, ids[k]), D) * j->scale;
             mx = fmaxf(mx, score[k]);
         }
         float denom = expf(j->sink[h] - mx);
@@ -126,14 +132,14 @@ static void attn_range(void *ctx, int64_t b, int64_t e) {
             if (d0 + 16 <= D) {
                 for (int32_t k = 0; k < width; k++) {
                     if (ids[k] < 0) continue;
-                    const float *kr = j->kv + (int64_t)ids[k] * D + d0;
+                    const float *kr = attn_row(j, ids[k]) + d0;
 #pragma GCC unroll 16
                     for (int i = 0; i < 16; i++) acc[i] += score[k] * kr[i];
                 }
             } else {
                 for (int32_t k = 0; k < width; k++) {
                     if (ids[k] < 0) continue;
-                    for (int32_t i = 0; i < D - d0; i++) acc[i] += score[k] * j->kv[(int64_t)ids[k] * D + d0 + i];
+                    for (int32_t i = 0; i < D - d0; i++) acc[i] += score[k] * attn_row(j, ids[k])[d0 + i];
                 }
             }
             for (int32_t i = 0; i < 16 && d0 + i < D; i++) ov[d0 + i] = acc[i];
@@ -143,11 +149,13 @@ static void attn_range(void *ctx, int64_t b, int64_t e) {
     scratch_end(mark);
 }
 
-/* q [T][H][D], kv [rows][D], sink [H], idx [T][width] (-1: none) -> o [T][H][D] bf16, split
- * over the pool by (token, head) */
-static void sparse_attn(const float *q, const float *kv, const float *sink, const int32_t *idx, int64_t T, int32_t H,
-                        int32_t D, int32_t width, float scale, float *o) {
-    attn_job j = {q, kv, sink, idx, H, D, width, scale, o};
+/* q [T][H][D], window rows win [nwin][D] then the compressed cache ckv, sink [H], idx [T][width]
+ * (-1: none) -> o [T][H][D] bf16, split over the pool by (token, head). The compressed cache is
+ * read where it lives: at long contexts a copy beside the window rows would cost more than the
+ * attention over the few rows picked from it. */
+static void sparse_attn(const float *q, const float *win, int32_t nwin, const float *ckv, const float *sink,
+                        const int32_t *idx, int64_t T, int32_t H, int32_t D, int32_t width, float scale, float *o) {
+    attn_job j = {q, sink, win, ckv, idx, H, D, width, nwin, scale, o};
     pool_run(T * H, 1, attn_range, &j);
 }
 
@@ -190,7 +198,7 @@ void attention(dsv41_session *s, int32_t l, const float *x, int64_t T, float *ou
     int32_t stride = wwidth + cmax;
     scratch_mark mark = scratch_begin();
     float *qr = scratch_f32(T * c->q_lora_rank), *q = scratch_f32(T * H * hd), *kv = scratch_f32(T * hd);
-    float *rows = scratch_f32((wrows + clen) * hd), *o = scratch_f32(T * H * hd), *og = scratch_f32(T * G * orank);
+    float *rows = scratch_f32((wrows + (tr ? clen : 0)) * hd), *o = scratch_f32(T * H * hd), *og = scratch_f32(T * G * orank);
     int32_t *idx = scratch_i32(T * stride);
 
     float *tq = scratch_f32(T * c->q_lora_rank), *tkv = scratch_f32(T * hd);
@@ -220,7 +228,8 @@ void attention(dsv41_session *s, int32_t l, const float *x, int64_t T, float *ou
             fp4_fake_quant_e4m3(latent, (size_t)(nlat * hd), 16);
             memcpy(s->layers[l].ckv + (int64_t)(pos / ratio) * hd, latent, (size_t)(nlat * hd) * sizeof *latent);
         }
-        if (clen > 0) memcpy(rows + (int64_t)nrows * hd, sh->compress_kv, (size_t)(clen * hd) * sizeof *rows);
+        if (clen > 0 && tr) /* the golden's sa_kv is the window rows and the cache together */
+            memcpy(rows + (int64_t)nrows * hd, sh->compress_kv, (size_t)(clen * hd) * sizeof *rows);
         int32_t cw = sh->topk_rows == T ? sh->topk_width : 0;
         for (int64_t t = 0; t < T; t++) memcpy(idx + t * stride + wwidth, sh->topk + t * cw, (size_t)cw * sizeof *idx);
         width = wwidth + cw;
@@ -228,10 +237,11 @@ void attention(dsv41_session *s, int32_t l, const float *x, int64_t T, float *ou
     if (width < stride) /* pack rows of `width` entries */
         for (int64_t t = 1; t < T; t++) memmove(idx + t * width, idx + t * stride, (size_t)width * sizeof *idx);
     trace_f32(tr, q, 4, (int64_t[]){1, T, H, hd}, "L%d.sa_q", l);
-    trace_f32(tr, rows, 3, (int64_t[]){1, nrows + clen, hd}, "L%d.sa_kv", l);
+    if (tr) trace_f32(tr, rows, 3, (int64_t[]){1, nrows + clen, hd}, "L%d.sa_kv", l);
     trace_i32(tr, idx, 3, (int64_t[]){1, T, width}, "L%d.sa_topk_idxs", l);
 
-    sparse_attn(q, rows, L->attn_sink, idx, T, H, hd, width, powf((float)hd, -0.5f), o);
+    sparse_attn(q, rows, nrows, clen > 0 ? s->shared.compress_kv : NULL, L->attn_sink, idx, T, H, hd, width,
+                powf((float)hd, -0.5f), o);
     trace_f32(tr, o, 4, (int64_t[]){1, T, H, hd}, "L%d.sa_o", l);
     for (int64_t t = 0; t < T; t++)
         for (int32_t h = 0; h < H; h++) rope_apply(rt, o + (t * H + h) * hd, hd, rd, pos + t, 1);
