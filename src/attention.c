@@ -159,30 +159,30 @@ static void sparse_attn(const float *q, const float *win, int32_t nwin, const fl
     pool_run(T * H, 1, attn_range, &j);
 }
 
-/* Write this call's KV rows into the ring and return the rows attention reads: the chunk
- * itself in a prefill, the whole ring in a decode. idx [T][width] gets the window indices. */
-static int32_t window_update(dsv41_session *s, int32_t l, const float *kv, int64_t T, float *rows, int32_t *idx,
-                             int32_t stride) {
+/* Write this call's KV rows into the ring and return the rows attention reads, *n of them: the
+ * chunk itself in a prefill, the whole ring in a decode. idx [T][stride] gets the window indices. */
+static const float *window_update(dsv41_session *s, int32_t l, const float *kv, int64_t T, int32_t *idx,
+                                  int32_t stride, int32_t *n) {
     const config *c = &s->m->cfg;
     int32_t W = c->window_size, hd = c->head_dim, pos = s->pos;
     float *ring = s->layers[l].window;
     if (pos == 0) {
-        memcpy(rows, kv, (size_t)T * hd * sizeof *rows);
         for (int64_t p = T > W ? T - W : 0; p < T; p++) memcpy(ring + (p % W) * hd, kv + p * hd, (size_t)hd * sizeof *kv);
         int32_t width = T < W ? (int32_t)T : W;
         for (int64_t t = 0; t < T; t++) {
             int64_t base = t - W + 1 > 0 ? t - W + 1 : 0;
             for (int32_t j = 0; j < width; j++) idx[t * stride + j] = base + j <= t ? (int32_t)(base + j) : -1;
         }
-        return (int32_t)T;
+        *n = (int32_t)T;
+        return kv;
     }
     memcpy(ring + (pos % W) * hd, kv, (size_t)hd * sizeof *kv);
-    memcpy(rows, ring, (size_t)W * hd * sizeof *rows);
     for (int32_t j = 0; j < W; j++) {
         int32_t slot = (pos % W + 1 + j) % W;
         idx[j] = slot > pos ? -1 : slot;
     }
-    return W;
+    *n = W;
+    return ring;
 }
 
 /* x [T][dim] (attn_in) -> out [T][dim]; advances this layer's ring, caches and the shared slots */
@@ -193,12 +193,12 @@ void attention(dsv41_session *s, int32_t l, const float *x, int64_t T, float *ou
     int32_t H = c->n_heads, hd = c->head_dim, rd = c->rope_head_dim, W = c->window_size, ratio = c->compress_ratio[l];
     int32_t G = c->o_groups, orank = c->o_lora_rank, gw = H * hd / G, pos = s->pos;
     const rope_table *rt = ratio ? &m->rope_yarn : &m->rope_plain;
-    int64_t clen = ratio ? (pos + T) / ratio : 0, wrows = pos == 0 ? T : W;
+    int64_t clen = ratio ? (pos + T) / ratio : 0;
     int32_t wwidth = pos == 0 ? (int32_t)(T < W ? T : W) : W, cmax = ratio ? c->index_topk : 0;
     int32_t stride = wwidth + cmax;
     scratch_mark mark = scratch_begin();
     float *qr = scratch_f32(T * c->q_lora_rank), *q = scratch_f32(T * H * hd), *kv = scratch_f32(T * hd);
-    float *rows = scratch_f32((wrows + (tr ? clen : 0)) * hd), *o = scratch_f32(T * H * hd), *og = scratch_f32(T * G * orank);
+    float *o = scratch_f32(T * H * hd), *og = scratch_f32(T * G * orank);
     int32_t *idx = scratch_i32(T * stride);
 
     float *tq = scratch_f32(T * c->q_lora_rank), *tkv = scratch_f32(T * hd);
@@ -210,7 +210,8 @@ void attention(dsv41_session *s, int32_t l, const float *x, int64_t T, float *ou
     rms_norm(tkv, L->kv_norm, T, hd, c->norm_eps, kv);
     for (int64_t t = 0; t < T; t++) rope_apply(rt, kv + t * hd, hd, rd, pos + t, 0);
     fp8_fake_quant(kv, (size_t)(T * hd));
-    int32_t nrows = window_update(s, l, kv, T, rows, idx, stride), width = wwidth;
+    int32_t nrows, width = wwidth;
+    const float *win = window_update(s, l, kv, T, idx, stride, &nrows);
 
     if (ratio) {
         shared_slots *sh = &s->shared;
@@ -228,8 +229,6 @@ void attention(dsv41_session *s, int32_t l, const float *x, int64_t T, float *ou
             fp4_fake_quant_e4m3(latent, (size_t)(nlat * hd), 16);
             memcpy(s->layers[l].ckv + (int64_t)(pos / ratio) * hd, latent, (size_t)(nlat * hd) * sizeof *latent);
         }
-        if (clen > 0 && tr) /* the golden's sa_kv is the window rows and the cache together */
-            memcpy(rows + (int64_t)nrows * hd, sh->compress_kv, (size_t)(clen * hd) * sizeof *rows);
         int32_t cw = sh->topk_rows == T ? sh->topk_width : 0;
         for (int64_t t = 0; t < T; t++) memcpy(idx + t * stride + wwidth, sh->topk + t * cw, (size_t)cw * sizeof *idx);
         width = wwidth + cw;
@@ -237,10 +236,15 @@ void attention(dsv41_session *s, int32_t l, const float *x, int64_t T, float *ou
     if (width < stride) /* pack rows of `width` entries */
         for (int64_t t = 1; t < T; t++) memmove(idx + t * width, idx + t * stride, (size_t)width * sizeof *idx);
     trace_f32(tr, q, 4, (int64_t[]){1, T, H, hd}, "L%d.sa_q", l);
-    if (tr) trace_f32(tr, rows, 3, (int64_t[]){1, nrows + clen, hd}, "L%d.sa_kv", l);
+    if (tr) { /* the golden's sa_kv: the window rows, then the compressed cache */
+        float *rows = scratch_f32((nrows + clen) * hd);
+        memcpy(rows, win, (size_t)nrows * hd * sizeof *rows);
+        if (clen > 0) memcpy(rows + (int64_t)nrows * hd, s->shared.compress_kv, (size_t)(clen * hd) * sizeof *rows);
+        trace_f32(tr, rows, 3, (int64_t[]){1, nrows + clen, hd}, "L%d.sa_kv", l);
+    }
     trace_i32(tr, idx, 3, (int64_t[]){1, T, width}, "L%d.sa_topk_idxs", l);
 
-    sparse_attn(q, rows, nrows, clen > 0 ? s->shared.compress_kv : NULL, L->attn_sink, idx, T, H, hd, width,
+    sparse_attn(q, win, nrows, clen > 0 ? s->shared.compress_kv : NULL, L->attn_sink, idx, T, H, hd, width,
                 powf((float)hd, -0.5f), o);
     trace_f32(tr, o, 4, (int64_t[]){1, T, H, hd}, "L%d.sa_o", l);
     for (int64_t t = 0; t < T; t++)
