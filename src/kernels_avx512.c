@@ -2,8 +2,8 @@
  *
  * Every weight is read in its stored width and decoded in registers. Tiles are 4 rows by up to
  * 4 tokens, so each decoded weight vector serves several tokens and each input vector 4 rows;
- * each tile prefetches the same bytes of the next tile's rows. Nothing is allocated: inputs are
- * prepared per call on the stack (about 33 KB per token of a tile, chunks of 8192 inputs).
+ * each tile prefetches the same bytes of a tile at least 4 KB ahead. Nothing is allocated:
+ * inputs are prepared per call on the stack (about 33 KB per token of a tile).
  *
  * quant, fp4: an e2m1 weight w becomes the byte 2w+12 (0..24) by a VBMI lookup; an input x (an
  * e4m3 value) becomes the integer k = 512x, kept as three signed base-256 digits prepared once
@@ -11,8 +11,9 @@
  * sum((2w+12) k) over each block exactly in int32; subtracting 12 sum(k) leaves 1024 times the
  * block's exact sum, which one int -> f32 conversion rounds once, as the reference's f64 sum
  * rounded to f32.
- * quant, fp8: lanes hold blocks; each product is split exactly into two f32 parts whose block
- * sums are exact (see the fp8 section).
+ * quant, fp8: the same integer idea with three base-256 digits on both sides (the weight's
+ * from byte tables, its sign choosing the input's digits of k or -k), nine dot products per 64
+ * weights, lanes holding whole blocks, joined exactly in f64 (see the fp8 section).
  * Both: inputs outside the exact range (not k/512 with |k| <= 2^21 for fp4, |k| <= 2^18 for
  * fp8) and NaN weight codes hand the whole call to the scalar kernel, which gives the same bits.
  * dense: f32 FMAs, 16 lanes per row and token, reduced once per row (the order of a row's sum
