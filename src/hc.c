@@ -106,13 +106,14 @@ static void pre_range(void *ctx, int64_t b, int64_t e) {
         for (; d + 4 <= dim; d += 4) {
             f4 acc = {0.0f, 0.0f, 0.0f, 0.0f};
             for (int32_t c = 0; c < hc; c++) acc += w[c] * load4(res + c * dim + d);
-            for (int i = 0; i < 4; i++) y[d + i] = bf16_round(acc[i]);
+            memcpy(y + d, &acc, sizeof acc);
         }
         for (; d < dim; d++) {
             float acc = 0.0f;
             for (int32_t c = 0; c < hc; c++) acc += w[c] * res[c * dim + d];
-            y[d] = bf16_round(acc);
+            y[d] = acc;
         }
+        bf16_round_n(y, dim);
     }
 }
 
@@ -137,13 +138,14 @@ static void post_range(void *ctx, int64_t b, int64_t e) {
             f4 mix = {0.0f, 0.0f, 0.0f, 0.0f};
             for (int32_t i = 0; i < hc; i++) mix += comb[i * hc] * load4(res + i * dim + d);
             f4 v = post * load4(x + d) + mix;
-            for (int q = 0; q < 4; q++) y[d + q] = bf16_round(v[q]);
+            memcpy(y + d, &v, sizeof v);
         }
         for (; d < dim; d++) {
             float mix = 0.0f;
             for (int32_t i = 0; i < hc; i++) mix += comb[i * hc] * res[i * dim + d];
-            y[d] = bf16_round(post * x[d] + mix);
+            y[d] = post * x[d] + mix;
         }
+        bf16_round_n(y, dim);
     }
 }
 

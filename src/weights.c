@@ -56,8 +56,7 @@ typedef struct {
 static void linear_range(const linear_job *j, int64_t b, int64_t e) {
     j->fn(j->w, j->row0 + b, j->row0 + e, j->x, j->xs, j->T, j->xstride, j->y + b, j->n);
     if (j->round)
-        for (int64_t t = 0; t < j->T; t++)
-            for (int64_t o = b; o < e; o++) j->y[t * j->n + o] = bf16_round(j->y[t * j->n + o]);
+        for (int64_t t = 0; t < j->T; t++) bf16_round_n(j->y + t * j->n + b, e - b);
 }
 
 typedef struct {

@@ -30,6 +30,21 @@ static void test_bf16_e8m0_e2m1(void) {
     CHECK(bf16_round(bits_f32(0x3F808001u)) == bits_f32(0x3F810000u), "bf16 above the tie rounds up");
     CHECK(isnan(bf16_round(NAN)), "bf16 keeps NaN");
     CHECK(bf16_round(0.01751995086669922f) == 0.017578125f, "bf16 of the first embed value");
+    /* the vector form gives bf16_round's bits for every kind of input, in runs of odd length */
+    uint32_t pats[] = {0x3F808000u, 0x3F818000u, 0x3F808001u, 0x7FC00001u, 0xFF812345u, 0x7F800000u, 0xFF800000u,
+                       0x7F7FFFFFu, 0x00000001u, 0x80008000u, 0x80018000u, 0x00000000u, 0x80000000u, 0x3F7FFFFFu};
+    float v[64], w[64];
+    for (int i = 0; i < 64; i++) v[i] = bits_f32(i < 14 ? pats[i] : (uint32_t)splitmix64((uint64_t)i));
+    int same = 1;
+    for (int n = 1; n <= 64; n += 7) {
+        memcpy(w, v, sizeof v);
+        bf16_round_n(w, n);
+        for (int i = 0; i < 64; i++) {
+            float want = i < n ? bf16_round(v[i]) : v[i];
+            same &= memcmp(&w[i], &want, sizeof want) == 0;
+        }
+    }
+    CHECK(same, "bf16_round_n equals bf16_round bit for bit");
     /* e8m0: exactly 1.5*2^k goes to the even exponent */
     CHECK(e8m0_to_f32(f32_to_e8m0(1.5f)) == 2.0f, "e8m0(1.5) = 2 (exponent 127 odd -> 128)");
     CHECK(e8m0_to_f32(f32_to_e8m0(3.0f)) == 2.0f, "e8m0(3) = 2 (exponent 128 even stays)");
