@@ -11,6 +11,8 @@
 #include <time.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
 #endif
 
 #include "kernels.h"
@@ -76,8 +78,20 @@ __attribute__((target("avx2,fma"))) static float fma_avx2(void) {
     }
     return s;
 }
+#elif defined(__aarch64__)
+static float fma_neon(void) {
+    float32x4_t acc[12], m = vdupq_n_f32(0.999999f), a = vdupq_n_f32(1e-7f);
+    for (int i = 0; i < 12; i++) acc[i] = vdupq_n_f32((float)i);
+    for (long long it = 0; it < FMA_ITERS; it++)
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; i++) acc[i] = vfmaq_f32(a, acc[i], m);
+    float s = 0;
+    for (int i = 0; i < 12; i++) s += vaddvq_f32(acc[i]);
+    return s;
+}
 #endif
 
+#if !defined(__aarch64__)
 static float fma_scalar(void) {
     float acc[12], s = 0;
     for (int i = 0; i < 12; i++) acc[i] = (float)i;
@@ -87,11 +101,14 @@ static float fma_scalar(void) {
     for (int i = 0; i < 12; i++) s += acc[i];
     return s;
 }
+#endif
 
 static int fma_lanes(void) {
 #if defined(__x86_64__)
     if (__builtin_cpu_supports("avx512f")) return 16;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 8;
+#elif defined(__aarch64__)
+    return 4;
 #endif
     return 1;
 }
@@ -104,6 +121,8 @@ static void fma_range(void *ctx, int64_t b, int64_t e) {
 #if defined(__x86_64__)
         int lanes = fma_lanes();
         fma_sink = lanes == 16 ? fma_avx512() : lanes == 8 ? fma_avx2() : fma_scalar();
+#elif defined(__aarch64__)
+        fma_sink = fma_neon();
 #else
         fma_sink = fma_scalar();
 #endif
