@@ -16,6 +16,7 @@
 
 #include "model.h"
 #include "numerics.h"
+#include "pool.h"
 #include "scratch.h"
 
 typedef struct {
@@ -125,6 +126,49 @@ static void *grow(void *p, size_t *cap, size_t need) {
     return n;
 }
 
+typedef struct {
+    const float *q, *w, *keys; /* q [T][IH][ihd], w [T][IH], keys [width][ihd] */
+    const int32_t *visible;    /* [T] */
+    int32_t IH, ihd, width;
+    float *score;              /* [T][width] */
+} score_job;
+
+/* 4 floats as one value, computed lane by lane in SSE2 or NEON vectors */
+typedef float f4 __attribute__((vector_size(16)));
+
+/* Tokens [b, e): score[t][p] = bf16(sum_h bf16(relu(bf16(q_h . k_p)) w_h)) for visible entries.
+ * The lanes run over heads, 4 at a time, from the queries transposed per token, so every dot is
+ * still summed over d in order and the heads are added in order: the same bits as one dot at a
+ * time, several dots per instruction. */
+static void score_range(void *ctx, int64_t b, int64_t e) {
+    const score_job *j = ctx;
+    const int32_t IH = j->IH, ihd = j->ihd, G = (IH + 3) / 4;
+    scratch_mark mark = scratch_begin();
+    f4 *qT = scratch_bytes((size_t)ihd * G * sizeof *qT); /* [d][head group]: 4 heads' q[d] */
+    for (int64_t t = b; t < e; t++) {
+        for (int32_t d = 0; d < ihd; d++)
+            for (int32_t g = 0; g < G; g++)
+                for (int i = 0; i < 4; i++)
+                    qT[d * G + g][i] = 4 * g + i < IH ? j->q[(t * IH + 4 * g + i) * ihd + d] : 0.0f;
+        for (int32_t p = 0; p < j->width; p++) {
+            if (p >= j->visible[t]) {
+                j->score[t * j->width + p] = -INFINITY;
+                continue;
+            }
+            const float *kp = j->keys + (int64_t)p * ihd;
+            float acc = 0.0f;
+            for (int32_t g = 0; g < G; g++) {
+                f4 dot = {0.0f, 0.0f, 0.0f, 0.0f};
+                for (int32_t d = 0; d < ihd; d++) dot += qT[d * G + g] * kp[d];
+                for (int i = 0; i < 4 && 4 * g + i < IH; i++)
+                    acc += bf16_round(fmaxf(bf16_round(dot[i]), 0.0f) * j->w[t * IH + 4 * g + i]);
+            }
+            j->score[t * j->width + p] = bf16_round(acc);
+        }
+    }
+    scratch_end(mark);
+}
+
 /* Writes index keys for new latents [n_latent][head_dim] (key owners), then publishes
  * shared.topk [T][k] of window-offset entry indices (-1: not visible) for x [T][dim], qr [T][q_rank].
  * Returns k. */
@@ -156,20 +200,9 @@ int32_t indexer(dsv41_session *s, int32_t l, const float *x, const float *qr, co
     linear(&L->idx_weights_proj, x, T, w);
     float wscale = (float)(pow(ihd, -0.5) * pow(IH, -0.5)); /* one python-float scalar in the release */
     for (int64_t i = 0; i < T * IH; i++) w[i] = bf16_round(w[i] * wscale);
-    for (int64_t t = 0; t < T; t++) {
-        visible[t] = pos == 0 ? (int32_t)(t + 1) / ratio : width;
-        for (int32_t p = 0; p < width; p++) {
-            const float *kp = sh->index_k + (int64_t)p * ihd;
-            float acc = 0.0f;
-            for (int32_t h = 0; h < IH; h++) {
-                const float *qh = q + (t * IH + h) * ihd;
-                float dot = 0.0f;
-                for (int32_t d = 0; d < ihd; d++) dot += qh[d] * kp[d];
-                acc += bf16_round(fmaxf(bf16_round(dot), 0.0f) * w[t * IH + h]);
-            }
-            score[t * width + p] = p < visible[t] ? bf16_round(acc) : -INFINITY;
-        }
-    }
+    for (int64_t t = 0; t < T; t++) visible[t] = pos == 0 ? (int32_t)(t + 1) / ratio : width;
+    score_job sj = {q, w, sh->index_k, visible, IH, ihd, width, score};
+    pool_run(T, 1, score_range, &sj);
     if (l == c->candidate_source_layer) {
         sh->cand = grow(sh->cand, &sh->cand_cap, (size_t)(T * width));
         select_candidate_blocks(score, T, width, visible, c->candidate_topk_blocks, c->candidate_block_size, sh->cand);
