@@ -144,7 +144,7 @@ static void attn_range(void *ctx, int64_t b, int64_t e) {
             }
             for (int32_t i = 0; i < 16 && d0 + i < D; i++) ov[d0 + i] = acc[i];
         }
-        for (int32_t d = 0; d < D; d++) ov[d] = bf16_round(ov[d]);
+        bf16_round_n(ov, D);
     }
     scratch_end(mark);
 }
