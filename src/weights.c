@@ -128,15 +128,18 @@ void linear_batch(const linear_item *items, int32_t n) {
     int64_t parts = macs_all / 65536, threads = pool_threads();
     parts = parts < 1 ? 1 : parts > threads ? threads : parts;
     int64_t *bound = scratch_bytes((size_t)(parts + 1) * sizeof *bound);
-    double total = 0.0;
-    for (int32_t i = 0; i < n; i++) total += row_cost(items[i].w, items[i].T) * (double)items[i].n;
+    double *cost = scratch_bytes((size_t)n * sizeof *cost), total = 0.0; /* per row of each job */
+    for (int32_t i = 0; i < n; i++) {
+        cost[i] = row_cost(items[i].w, items[i].T);
+        total += cost[i] * (double)items[i].n;
+    }
     bound[0] = 0;
+    double before = 0.0; /* the cost of the jobs before job i */
     for (int64_t p = 1, i = 0; p <= parts; p++) {
-        double target = total * (double)p / (double)parts, before = 0.0;
-        for (i = 0; i < n && before + row_cost(items[i].w, items[i].T) * (double)items[i].n < target; i++)
-            before += row_cost(items[i].w, items[i].T) * (double)items[i].n;
-        int64_t r = i < n ? start[i] + (int64_t)((target - before) / row_cost(items[i].w, items[i].T)) : start[n];
-        r = r > start[n] || p == parts ? start[n] : r;
+        double target = total * (double)p / (double)parts;
+        for (; i < n && before + cost[i] * (double)items[i].n < target; i++) before += cost[i] * (double)items[i].n;
+        int64_t r = p == parts || i == n ? start[n] : start[i] + (int64_t)((target - before) / cost[i]);
+        r = r > start[n] ? start[n] : r;
         bound[p] = r < bound[p - 1] ? bound[p - 1] : r;
     }
     batch_job bj = {jobs, start, bound, n};
