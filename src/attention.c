@@ -139,7 +139,8 @@ static void attn_range(void *ctx, int64_t b, int64_t e) {
             } else {
                 for (int32_t k = 0; k < width; k++) {
                     if (ids[k] < 0) continue;
-                    for (int32_t i = 0; i < D - d0; i++) acc[i] += score[k] * attn_row(j, ids[k])[d0 + i];
+                    const float *kr = attn_row(j, ids[k]) + d0;
+                    for (int32_t i = 0; i < D - d0; i++) acc[i] += score[k] * kr[i];
                 }
             }
             for (int32_t i = 0; i < 16 && d0 + i < D; i++) ov[d0 + i] = acc[i];

@@ -85,16 +85,6 @@ typedef struct {
     float *y;
 } hc_job;
 
-/* 4 floats as one value: GCC and clang compile its arithmetic to the target's vectors (SSE2,
- * NEON) lane by lane, so each channel's sum keeps the scalar order */
-typedef float f4 __attribute__((vector_size(16)));
-
-static inline f4 load4(const float *p) {
-    f4 v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
 /* tokens [b, e) of hc_pre: 4 channels at a time, each summed over the copies in order */
 static void pre_range(void *ctx, int64_t b, int64_t e) {
     const hc_job *j = ctx;

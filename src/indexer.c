@@ -133,9 +133,6 @@ typedef struct {
     float *score;              /* [T][width] */
 } score_job;
 
-/* 4 floats as one value, computed lane by lane in SSE2 or NEON vectors */
-typedef float f4 __attribute__((vector_size(16)));
-
 /* Tokens [b, e): score[t][p] = bf16(sum_h bf16(relu(bf16(q_h . k_p)) w_h)) for visible entries.
  * The lanes run over heads, 4 at a time, from the queries transposed per token, so every dot is
  * still summed over d in order and the heads are added in order: the same bits as one dot at a

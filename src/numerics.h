@@ -8,6 +8,17 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+/* 4 floats as one value: GCC and clang compile its arithmetic to the target's vectors (SSE2,
+ * NEON) lane by lane, without reassociating, so a lane's sum keeps the scalar order */
+typedef float f4 __attribute__((vector_size(16)));
+
+static inline f4 load4(const float *p) {
+    f4 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
 
 /* ---- bf16: round to nearest even on the f32 bit pattern, NaN passes through (torch's cast) */
 static inline uint32_t f32_bits(float x) { union { float f; uint32_t u; } v = {x}; return v.u; }
