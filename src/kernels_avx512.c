@@ -11,9 +11,12 @@
  * sum((2w+12) k) over each block exactly in int32; subtracting 12 sum(k) leaves 1024 times the
  * block's exact sum, which one int -> f32 conversion rounds once, as the reference's f64 sum
  * rounded to f32.
- * quant, fp8: the same integer idea with three base-256 digits on both sides (the weight's
- * from byte tables, its sign choosing the input's digits of k or -k), nine dot products per 64
- * weights, lanes holding whole blocks, joined exactly in f64 (see the fp8 section).
+ * quant, fp8, few tokens: the same integer idea with three base-256 digits on both sides (the
+ * weight's from byte tables, its sign choosing the input's digits of k or -k), nine dot
+ * products per 64 weights, lanes holding whole blocks, joined exactly in f64 (see the fp8
+ * section). Eight tokens or more: f64 FMAs with lanes holding tokens, each weight a table
+ * lookup broadcast to 8 tokens' inputs; exact too, and one FMA per 8 products (see "quant,
+ * fp8, many tokens").
  * Both: inputs outside the exact range (not k/512 with |k| <= 2^21 for fp4, |k| <= 2^18 for
  * fp8) and NaN weight codes hand the whole call to the scalar kernel, which gives the same bits.
  * dense: f32 FMAs, 16 lanes per row and token, reduced once per row (the order of a row's sum
@@ -22,6 +25,7 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels.h"
 #include "kernels_tile.h"
@@ -498,6 +502,155 @@ INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_
     return _mm512_cmpeq_epi8_mask(nan, _mm512_set1_epi8((char)0xFF)) == 0;
 }
 
+/* ================================================================ quant, fp8, many tokens
+ *
+ * With 8 or more tokens the fp8 product runs in f64 with lanes holding tokens: each weight
+ * code is looked up as an f64 in a 256-entry table and broadcast, and one FMA multiplies it
+ * with 8 tokens' inputs. e4m3 products are multiples of 2^-18 below 2^18 (inputs checked to be
+ * k/512 with |k| <= 2^18, as for the integer kernel), so a block's 32 products and all their
+ * partial sums are exact in f64 in any order; one conversion rounds the block to f32, as the
+ * reference's f64 sum. Lanes holding tokens means a block's sum lands in a lane with no
+ * horizontal reduction, and the f32 accumulation over blocks stays in block order.
+ *
+ * The inputs of a chunk of W8_COLS columns for 32 tokens are laid out [column][token] in f64
+ * (32 KB, in L1) and every row of a row block passes over them, 4 rows at a time (4 x up to 4
+ * accumulators of 8 tokens); the rows' running f32 sums live in acc [row][token] (L2) until
+ * the row block is done. Each FMA needs one load of inputs per 4 and one table broadcast per
+ * up to 4, so the loop runs at the FMA ports' rate rather than on decoding. */
+
+enum {
+    W8_MIN_T = 8,     /* tokens from which fp8 takes this path */
+    W8_COLS = 128,    /* columns per chunk of prepared inputs */
+    W8_ROWS = 512,    /* rows per row block */
+    W8_TOKENS = 32,   /* tokens per pass: 4 groups of 8 lanes */
+    W8_AHEAD = 4,     /* tiles ahead that the weights are prefetched */
+};
+
+/* One tile: 4 rows (codes c[i], W8_COLS bytes each, zero past the matrix), G groups of 8
+ * tokens, nblk blocks of the chunk; adds each block's scaled product to acc rows in order. */
+INL void w8_tile(const uint8_t c[RT][W8_COLS], const double *tab, const double *X, const float *xsv,
+                 const float ws[RT][W8_COLS / 32], int nblk, const int G, float *acc[RT]) {
+    for (int b = 0; b < nblk; b++) {
+        __m512d a[RT][4];
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) a[i][g] = _mm512_setzero_pd();
+#pragma GCC unroll 4
+        for (int j = 32 * b; j < 32 * b + 32; j++) {
+            __m512d xv[4];
+#pragma GCC unroll 4
+            for (int g = 0; g < G; g++) xv[g] = _mm512_load_pd(X + j * W8_TOKENS + 8 * g);
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) {
+                const __m512d wv = _mm512_set1_pd(tab[c[i][j]]);
+#pragma GCC unroll 4
+                for (int g = 0; g < G; g++) a[i][g] = _mm512_fmadd_pd(wv, xv[g], a[i][g]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) {
+            const __m256 s = _mm256_set1_ps(ws[i][b]);
+#pragma GCC unroll 4
+            for (int g = 0; g < G; g++) {
+                __m256 p = _mm256_mul_ps(_mm256_mul_ps(_mm512_cvtpd_ps(a[i][g]), _mm256_load_ps(xsv + (b * 4 + g) * 8)), s);
+                _mm256_store_ps(acc[i] + 8 * g, _mm256_add_ps(_mm256_load_ps(acc[i] + 8 * g), p));
+            }
+        }
+    }
+}
+
+/* X [W8_COLS][W8_TOKENS] = the nc columns of nt tokens (x: the first token's first column),
+ * as f64; zero past them */
+INL void w8_prepare(const float *x, int64_t xstride, int nt, int64_t nc, double *X) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int g = 0; g < W8_TOKENS / 8; g++) {
+        /* the 8 tokens' offsets; lanes past nt are masked off */
+        const __m256i off = _mm256_mullo_epi32(_mm256_add_epi32(lane, _mm256_set1_epi32(8 * g)), _mm256_set1_epi32((int)xstride));
+        const __mmask8 m = (__mmask8)(nt - 8 * g >= 8 ? 0xFF : nt > 8 * g ? (1u << (nt - 8 * g)) - 1 : 0);
+        for (int64_t j = 0; j < W8_COLS; j++) {
+            __m256 v = j < nc ? _mm256_mmask_i32gather_ps(_mm256_setzero_ps(), m, off, x + j, 4) : _mm256_setzero_ps();
+            _mm512_store_pd(X + j * W8_TOKENS + 8 * g, _mm512_cvtps_pd(v));
+        }
+    }
+}
+
+/* Whether every input of tokens [0, T) is k/512 with |k| <= 2^18 (what the exact sums need). */
+INL int w8_inputs_ok(const float *x, int64_t cols, int64_t T, int64_t xstride) {
+    __mmask16 ok = 0xFFFF;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t c = 0; c < cols; c += 16) {
+            __m512 f = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask16(cols - c), x + t * xstride + c), _mm512_set1_ps(512.0f));
+            __m512i k = _mm512_cvtps_epi32(f);
+            ok &= _mm512_cmp_ps_mask(_mm512_cvtepi32_ps(k), f, _CMP_EQ_OQ) &
+                  _mm512_cmple_epu32_mask(_mm512_abs_epi32(k), _mm512_set1_epi32(1 << 18));
+        }
+    return ok == 0xFFFF;
+}
+
+/* fp8 quant for T >= W8_MIN_T (see above); returns 0 (nothing written) when an input is out
+ * of the exact range or a weight code is NaN, for the caller to take another kernel. */
+TGT static int w8_quant(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
+                        int64_t xstride, float *y, int64_t ystride) {
+    const int64_t cols = w->cols, nb = (cols + 31) / 32;
+    if (!w8_inputs_ok(x, cols, T, xstride)) return 0;
+    _Alignas(64) double tab[256];
+    for (int k = 0; k < 256; k++) tab[k] = (double)e4m3_to_f32((uint8_t)k);
+    _Alignas(64) double X[W8_COLS * W8_TOKENS];
+    _Alignas(64) float xsv[W8_COLS / 32 * 4 * 8];
+    _Alignas(64) float acc[W8_ROWS][W8_TOKENS];
+    _Alignas(64) uint8_t c[RT][W8_COLS];
+    float ws[RT][W8_COLS / 32];
+    const __m512i hb = _mm512_set1_epi8((char)0x80);
+    const uint8_t *sc = w->scale;
+    for (int64_t t0 = 0; t0 < T; t0 += W8_TOKENS) {
+        const int nt = (int)imin(W8_TOKENS, T - t0), G = (nt + 7) / 8;
+        for (int64_t rb = r0; rb < r1; rb += W8_ROWS) {
+            const int64_t rb1 = imin(r1, rb + W8_ROWS);
+            memset(acc, 0, sizeof acc);
+            for (int64_t c0 = 0; c0 < cols; c0 += W8_COLS) {
+                const int64_t nc = imin(W8_COLS, cols - c0);
+                const int nblk = (int)((nc + 31) / 32);
+                w8_prepare(x + t0 * xstride + c0, xstride, nt, nc, X);
+                for (int b = 0; b < nblk; b++)
+                    for (int t = 0; t < W8_TOKENS; t++)
+                        xsv[(b * 4 + t / 8) * 8 + t % 8] = t < nt ? xs[(t0 + t) * nb + c0 / 32 + b] : 0.0f;
+                for (int64_t r = rb; r < rb1; r += RT) {
+                    const int nr = (int)imin(RT, rb1 - r);
+                    int64_t ri[RT];
+                    tile_rows(r, nr, ri);
+                    __m512i nan = _mm512_setzero_si512();
+                    float *ap[RT];
+                    for (int i = 0; i < RT; i++) {
+                        const uint8_t *row = (const uint8_t *)w->data + ri[i] * cols + c0;
+                        for (int v = 0; v < W8_COLS; v += 64) {
+                            _mm_prefetch((const char *)(row + v + W8_AHEAD * RT * cols), _MM_HINT_T0);
+                            __m512i z = _mm512_maskz_loadu_epi8(mask64(nc - v), row + v);
+                            nan = _mm512_max_epu8(nan, _mm512_or_si512(z, hb));
+                            _mm512_store_si512(c[i] + v, z);
+                        }
+                        for (int b = 0; b < nblk; b++) ws[i][b] = e8m0_to_f32(sc[(ri[i] / w->scale_rows) * nb + c0 / 32 + b]);
+                        ap[i] = acc[ri[i] - rb];
+                    }
+                    if (_mm512_cmpeq_epi8_mask(nan, _mm512_set1_epi8((char)0xFF))) return 0;
+                    /* a short tile repeats its last row: let the repeats add to a spare row */
+                    float spare[W8_TOKENS] __attribute__((aligned(64)));
+                    for (int i = nr; i < RT; i++) ap[i] = spare;
+                    switch (G) {
+                    case 1: w8_tile(c, tab, X, xsv, ws, nblk, 1, ap); break;
+                    case 2: w8_tile(c, tab, X, xsv, ws, nblk, 2, ap); break;
+                    case 3: w8_tile(c, tab, X, xsv, ws, nblk, 3, ap); break;
+                    default: w8_tile(c, tab, X, xsv, ws, nblk, 4, ap); break;
+                    }
+                }
+            }
+            for (int t = 0; t < nt; t++)
+                for (int64_t r = rb; r < rb1; r++) y[(t0 + t) * ystride + (r - r0)] = acc[r - rb][t];
+        }
+    }
+    return 1;
+}
+
 /* ================================================================ act_quant
  *
  * Rounding to the e4m3 grid is one add and one subtract: for |v| in [2^e, 2^(e+1)) the grid
@@ -544,10 +697,19 @@ TGT static void avx512_act_quant(const float *x, int64_t n, float *q, float *s) 
 INL int fp8_usable(void) { return 1; } /* integers and exact f64: no denormal on the way */
 
 #define DENSE_NAME avx512_dense
-#define QUANT_NAME avx512_quant
+#define QUANT_NAME avx512_quant_tiles
 #define QUANT_FP8_CHUNK FP8V_CHUNK
 #define FP4_GROUP 64
 #include "kernels_drivers.h"
+
+/* fp8 with many tokens: the f64 path; otherwise (or when it declines) the integer tiles */
+TGT static void avx512_quant(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
+                             int64_t xstride, float *y, int64_t ystride) {
+    if (w->type == DT_E4M3 && w->scale && w->cols > 0 && T >= W8_MIN_T &&
+        w8_quant(w, r0, r1, x, xs, T, xstride, y, ystride))
+        return;
+    avx512_quant_tiles(w, r0, r1, x, xs, T, xstride, y, ystride);
+}
 
 const kernel_set kernels_avx512 = {"avx512", avx512_dense, avx512_quant, avx512_act_quant};
 

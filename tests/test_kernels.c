@@ -3,7 +3,7 @@
  * quant (fp8 with 32x32 and per-row scales, fp4) must equal the scalar kernel bit for bit;
  * dense (f32, bf16, and e4m3 / fp4 through the dequantizing path) may differ only by summation
  * order: |fast - scalar| <= 1e-5 * sum_i |x_i w_i| + 1e-30 per output. Shapes are odd on purpose
- * (rows and cols not multiples of 4/8/16/32, cols < 32, chunks crossed), T is 1, 2, 3, 7 and 64,
+ * (rows and cols not multiples of 4/8/16/32, cols < 32, chunks crossed), T is 1, 2, 3, 7, 13 and 64,
  * inputs mix large and small magnitudes and zeros, and every result must not depend on how the
  * rows are split. Buffers end at a guard page, so reading past a weight, scale or input faults. */
 #include <math.h>
@@ -171,8 +171,8 @@ static void check_case(const kernel_set *k, const weight *w, int quant, int64_t 
 static void test_set(const kernel_set *k) {
     static const int64_t shapes[][2] = {{1, 1},  {1, 7},   {3, 31},  {5, 32},   {2, 33},    {7, 63},   {9, 64},
                                         {6, 65}, {11, 96}, {13, 127}, {4, 128}, {17, 129},  {5, 200},  {33, 255},
-                                        {19, 513}, {8, 1000}, {6, 2080}, {5, 4130}, {3, 8200}, {70, 96}, {3, 0}, {37, 8200}};
-    static const int64_t Ts[] = {1, 2, 3, 7, 64};
+                                        {19, 513}, {8, 1000}, {6, 2080}, {5, 4130}, {3, 8200}, {70, 96}, {3, 0}, {37, 8200}, {530, 160}};
+    static const int64_t Ts[] = {1, 2, 3, 7, 13, 64};
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         const int64_t rows = shapes[s][0], cols = shapes[s][1], nb = (cols + 31) / 32;
         for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
@@ -217,8 +217,8 @@ static void set_flush(int on) {
 }
 
 /* Inputs or weights outside the exact formats still give the scalar kernel's bits. */
-static void test_outside(const kernel_set *k) {
-    const int64_t rows = 9, cols = 77, nb = 3, T = 2;
+static void test_outside_at(const kernel_set *k, int64_t T) {
+    const int64_t rows = 9, cols = 77, nb = 3;
     float *x = guarded((size_t)(T * cols) * sizeof(float)), *q = guarded((size_t)(T * cols) * sizeof(float));
     float *xs = guarded((size_t)(T * nb) * sizeof(float));
     for (int64_t i = 0; i < T * cols; i++) x[i] = wild();
@@ -244,6 +244,12 @@ static void test_outside(const kernel_set *k) {
     set_flush(0);
     check_case(k, &ws, 1, T, q, xs, cols, "e4m3 subnormals");
     free_guarded();
+}
+
+/* at few tokens (the integer tiles) and at many (the fp8 f64 path) */
+static void test_outside(const kernel_set *k) {
+    test_outside_at(k, 2);
+    test_outside_at(k, 9);
 }
 
 /* The set's act_quant gives the scalar set's scales and values bit for bit (NaN for NaN). */
