@@ -17,6 +17,8 @@
  * section). Eight tokens or more: f64 FMAs with lanes holding tokens, each weight a table
  * lookup broadcast to 8 tokens' inputs; exact too, and one FMA per 8 products (see "quant,
  * fp8, many tokens").
+ * With 8 tokens or more, fp4 keeps these integer sums with lanes holding 16 tokens (see
+ * "quant, fp4, many tokens"): 64 products per VNNI instruction with no horizontal sums.
  * Both: inputs outside the exact range (not k/512 with |k| <= 2^21 for fp4, |k| <= 2^18 for
  * fp8) and NaN weight codes hand the whole call to the scalar kernel, which gives the same bits.
  * dense: f32 FMAs, 16 lanes per row and token, reduced once per row (the order of a row's sum
@@ -651,6 +653,157 @@ TGT static int w8_quant(const weight *w, int64_t r0, int64_t r1, const float *x,
     return 1;
 }
 
+/* ================================================================ quant, fp4, many tokens
+ *
+ * The same integer sums as the fp4 tiles (weight bytes 2w+12 by VBMI lookup, inputs k = 512x
+ * as three signed base-256 digits, 12 sum(k) taken off) but with lanes holding 16 tokens: the
+ * 4 weight bytes of 4 consecutive columns are broadcast to every lane, and each lane's input
+ * dword holds one digit of those 4 columns for its token, so one VNNI product makes 64
+ * multiply-adds with no horizontal sum, and a block's three digit sums join per lane. Per
+ * token and block, 12 sum(k) is prepared once and starts the low digit's sum.
+ *
+ * Inputs of a chunk of W4_COLS columns for 16 tokens are laid out [quad][digit][token][4]
+ * (24 KB, in L1); rows pass over them 4 at a time, their running f32 sums kept in acc
+ * [row][token] until the row block is done. */
+
+enum {
+    W4_MIN_T = 8,    /* tokens from which fp4 takes this path */
+    W4_COLS = 512,   /* columns per chunk of prepared inputs */
+    W4_ROWS = 512,   /* rows per row block */
+    W4_TOKENS = 16,  /* tokens per pass: the 16 dword lanes */
+};
+
+/* Prepares nc columns of nt tokens (x at the first token's first column): D [quad][digit]
+ * [token][4] digit bytes (high digit first), corr [block][token] = -12 sum(k), xsv [block]
+ * [token] the input scales (xs at the first token's chunk scales, nb per token). Returns 0
+ * when an input is not k/512 with |k| <= 2^21. */
+INL int w4_prepare(const float *x, int64_t xstride, const float *xs, int64_t nb, int nt, int64_t nc, int8_t *D,
+                   int32_t *corr, float *xsv) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i off = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)xstride));
+    const __mmask16 m = (__mmask16)(nt >= 16 ? 0xFFFF : (1u << nt) - 1);
+    const __m512i ff = _mm512_set1_epi32(255), h = _mm512_set1_epi32(128);
+    __mmask16 ok = 0xFFFF;
+    for (int64_t b = 0; b < (nc + 31) / 32; b++) {
+        __m512i sum = _mm512_setzero_si512();
+        for (int64_t q = 8 * b; q < 8 * b + 8; q++) {
+            __m512i d[3] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+            for (int e = 0; e < 4; e++) {
+                const int64_t c = 4 * q + e;
+                __m512 v = c < nc ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, off, x + c, 4) : _mm512_setzero_ps();
+                __m512i k = to_k(v, &ok);
+                sum = _mm512_add_epi32(sum, k);
+                __m512i k1 = _mm512_srai_epi32(_mm512_add_epi32(k, h), 8);
+                __m512i k2 = _mm512_srai_epi32(_mm512_add_epi32(k1, h), 8);
+                d[0] = _mm512_or_si512(d[0], _mm512_slli_epi32(_mm512_and_si512(k2, ff), 8 * e));
+                d[1] = _mm512_or_si512(d[1], _mm512_slli_epi32(_mm512_and_si512(_mm512_sub_epi32(k1, _mm512_slli_epi32(k2, 8)), ff), 8 * e));
+                d[2] = _mm512_or_si512(d[2], _mm512_slli_epi32(_mm512_and_si512(_mm512_sub_epi32(k, _mm512_slli_epi32(k1, 8)), ff), 8 * e));
+            }
+            for (int g = 0; g < 3; g++) _mm512_store_si512(D + (q * 3 + g) * 64, d[g]);
+        }
+        _mm512_store_si512(corr + 16 * b, _mm512_mullo_epi32(sum, _mm512_set1_epi32(-12)));
+        for (int t = 0; t < W4_TOKENS; t++) xsv[16 * b + t] = t < nt ? xs[t * nb + b] : 0.0f;
+    }
+    return ok == 0xFFFF;
+}
+
+/* One tile: 4 rows of weight bytes wb[i] (2w+12 in column order, W4_COLS each), nblk blocks;
+ * adds each block's scaled product to acc rows in order. */
+INL void w4_tile(const uint8_t wb[RT][W4_COLS], const int8_t *D, const int32_t *corr, const float *xsv,
+                 const float ws[RT][W4_COLS / 32], int nblk, float *acc[RT]) {
+    for (int b = 0; b < nblk; b++) {
+        __m512i a[RT][3];
+        const __m512i c = _mm512_load_si512(corr + 16 * b);
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) {
+            a[i][0] = _mm512_setzero_si512();
+            a[i][1] = _mm512_setzero_si512();
+            a[i][2] = c;
+        }
+#pragma GCC unroll 8
+        for (int q = 8 * b; q < 8 * b + 8; q++) {
+            const __m512i d0 = _mm512_load_si512(D + (q * 3) * 64), d1 = _mm512_load_si512(D + (q * 3 + 1) * 64),
+                          d2 = _mm512_load_si512(D + (q * 3 + 2) * 64);
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) {
+                int32_t w4;
+                memcpy(&w4, wb[i] + 4 * q, 4);
+                const __m512i wv = _mm512_set1_epi32(w4);
+                a[i][0] = _mm512_dpbusd_epi32(a[i][0], wv, d0);
+                a[i][1] = _mm512_dpbusd_epi32(a[i][1], wv, d1);
+                a[i][2] = _mm512_dpbusd_epi32(a[i][2], wv, d2);
+            }
+        }
+        const __m512 xv = _mm512_load_ps(xsv + 16 * b);
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) {
+            __m512i u = _mm512_add_epi32(_mm512_slli_epi32(_mm512_add_epi32(_mm512_slli_epi32(a[i][0], 8), a[i][1]), 8), a[i][2]);
+            __m512 part = _mm512_mul_ps(_mm512_cvtepi32_ps(u), _mm512_set1_ps(0x1p-10f));
+            __m512 p = _mm512_mul_ps(_mm512_mul_ps(part, xv), _mm512_set1_ps(ws[i][b]));
+            _mm512_store_ps(acc[i], _mm512_add_ps(_mm512_load_ps(acc[i]), p));
+        }
+    }
+}
+
+/* fp4 quant for T >= W4_MIN_T (see above); returns 0 (nothing written) when an input is out
+ * of the exact range, for the caller to take another kernel. */
+TGT static int w4_quant(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
+                        int64_t xstride, float *y, int64_t ystride) {
+    const int64_t cols = w->cols, nb = (cols + 31) / 32, rowbytes = (cols + 1) / 2;
+    _Alignas(64) int8_t D[W4_COLS / 4 * 3 * 64];
+    _Alignas(64) int32_t corr[W4_COLS / 32 * 16];
+    _Alignas(64) float xsv[W4_COLS / 32 * 16];
+    _Alignas(64) float acc[W4_ROWS][W4_TOKENS];
+    _Alignas(64) uint8_t wb[RT][W4_COLS];
+    float ws[RT][W4_COLS / 32];
+    const __m512i lut = _mm512_loadu_si512(FP4_LUT);
+    /* bytes [lo0, hi0, lo1, hi1, ...] of the first and the second 32 bytes of lo and hi */
+    _Alignas(64) uint8_t ilv[2][64];
+    for (int i = 0; i < 64; i++) {
+        ilv[0][i] = (uint8_t)((i & 1) * 64 + i / 2);
+        ilv[1][i] = (uint8_t)((i & 1) * 64 + 32 + i / 2);
+    }
+    const __m512i il0 = _mm512_load_si512(ilv[0]), il1 = _mm512_load_si512(ilv[1]);
+    const uint8_t *sc = w->scale;
+    for (int64_t t0 = 0; t0 < T; t0 += W4_TOKENS) {
+        const int nt = (int)imin(W4_TOKENS, T - t0);
+        for (int64_t rb = r0; rb < r1; rb += W4_ROWS) {
+            const int64_t rb1 = imin(r1, rb + W4_ROWS);
+            memset(acc, 0, sizeof acc);
+            for (int64_t c0 = 0; c0 < cols; c0 += W4_COLS) {
+                const int64_t nc = imin(W4_COLS, cols - c0), bytes = imin(W4_COLS / 2, rowbytes - c0 / 2);
+                const int nblk = (int)((nc + 31) / 32);
+                if (!w4_prepare(x + t0 * xstride + c0, xstride, xs + t0 * nb + c0 / 32, nb, nt, nc, D, corr, xsv))
+                    return 0;
+                for (int64_t r = rb; r < rb1; r += RT) {
+                    const int nr = (int)imin(RT, rb1 - r);
+                    int64_t ri[RT];
+                    tile_rows(r, nr, ri);
+                    float *ap[RT];
+                    for (int i = 0; i < RT; i++) {
+                        const uint8_t *row = (const uint8_t *)w->data + ri[i] * rowbytes + c0 / 2;
+                        for (int v = 0; v < W4_COLS / 2; v += 64) {
+                            _mm_prefetch((const char *)(row + v + 4 * RT * rowbytes), _MM_HINT_T0);
+                            __m512i z = _mm512_maskz_loadu_epi8(mask64(bytes - v), row + v);
+                            __m512i lo = _mm512_permutexvar_epi8(z, lut), hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(z, 4), lut);
+                            _mm512_store_si512(wb[i] + 2 * v, _mm512_permutex2var_epi8(lo, il0, hi));
+                            _mm512_store_si512(wb[i] + 2 * v + 64, _mm512_permutex2var_epi8(lo, il1, hi));
+                        }
+                        for (int b = 0; b < nblk; b++) ws[i][b] = e8m0_to_f32(sc[(ri[i] / w->scale_rows) * nb + c0 / 32 + b]);
+                        ap[i] = acc[ri[i] - rb];
+                    }
+                    float spare[W4_TOKENS] __attribute__((aligned(64)));
+                    for (int i = nr; i < RT; i++) ap[i] = spare;
+                    w4_tile(wb, D, corr, xsv, ws, nblk, ap);
+                }
+            }
+            for (int t = 0; t < nt; t++)
+                for (int64_t r = rb; r < rb1; r++) y[(t0 + t) * ystride + (r - r0)] = acc[r - rb][t];
+        }
+    }
+    return 1;
+}
+
 /* ================================================================ act_quant
  *
  * Rounding to the e4m3 grid is one add and one subtract: for |v| in [2^e, 2^(e+1)) the grid
@@ -707,6 +860,9 @@ TGT static void avx512_quant(const weight *w, int64_t r0, int64_t r1, const floa
                              int64_t xstride, float *y, int64_t ystride) {
     if (w->type == DT_E4M3 && w->scale && w->cols > 0 && T >= W8_MIN_T &&
         w8_quant(w, r0, r1, x, xs, T, xstride, y, ystride))
+        return;
+    if (w->type == DT_FP4 && w->scale && w->cols > 0 && T >= W4_MIN_T &&
+        w4_quant(w, r0, r1, x, xs, T, xstride, y, ystride))
         return;
     avx512_quant_tiles(w, r0, r1, x, xs, T, xstride, y, ystride);
 }
