@@ -71,21 +71,16 @@ void rope_apply(const rope_table *rt, float *x, int64_t row_len, int32_t rope_di
     }
 }
 
-/* a . b over n in 16 interleaved f32 partial sums added pairwise at the end. The order is
- * fixed by this code, not by the instruction set: compilers turn the lanes into whatever
- * vectors the target has (SSE2, AVX, NEON) without reassociating, so every build gives the
- * same bits, and the per-lane sums run in parallel instead of one long dependent chain. */
-static float dot_lanes(const float *a, const float *b, int32_t n) {
-    float s[16] = {0};
-    int32_t i = 0;
-    for (; i + 16 <= n; i += 16)
-#pragma GCC unroll 16
-        for (int j = 0; j < 16; j++) s[j] += a[i + j] * b[i + j];
-    for (int j = 0; i + j < n; j++) s[j] += a[i + j] * b[i + j];
-    for (int w = 8; w > 0; w /= 2)
-        for (int j = 0; j < w; j++) s[j] += s[j + w];
-    return s[0];
-}
+/* Scores and outputs are vectors of 16 f32 lanes: GCC and clang compile their arithmetic lane
+ * by lane to whatever the target has (4 SSE2 or NEON registers, one AVX-512 register) without
+ * reassociating, so the order of every sum is fixed by this code and every build and
+ * instruction set gives the same bits. */
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias)); /* unaligned loads */
+
+#define LOAD16(p) (*(const v16u *)(const void *)(p))
+
+enum { HB = 4 }; /* heads per job item: they share every KV row they read */
 
 typedef struct {
     const float *q, *sink;
@@ -96,59 +91,105 @@ typedef struct {
 } attn_job;
 
 /* the KV row of index id */
-static const float *attn_row(const attn_job *j, int32_t id) {
+static inline const float *attn_row(const attn_job *j, int32_t id) {
     return id < j->nwin ? j->win + (int64_t)id * j->D : j->ckv + (int64_t)(id - j->nwin) * j->D;
 }
 
-/* (token, head) pairs [b, e): softmax over the picked rows with the sink in the max and the
- * denominator only. Each pair is computed the same way whichever thread takes it. */
-static void attn_range(void *ctx, int64_t b, int64_t e) {
-    const attn_job *j = ctx;
-    const int32_t D = j->D, width = j->width;
+/* q_h . row for nh (1..HB) heads: 16 interleaved partial sums per head, added pairwise at the
+ * end (lanes 0-7 + 8-15, then halves again down to one) */
+static inline __attribute__((always_inline)) void dots(const float *const qh[HB], int nh, const float *row, int32_t D,
+                                                       float out[HB]) {
+    v16 s[HB] = {0};
+    int32_t i = 0;
+    for (; i + 16 <= D; i += 16) {
+        const v16 r = LOAD16(row + i);
+        for (int h = 0; h < nh; h++) s[h] += LOAD16(qh[h] + i) * r;
+    }
+    for (int h = 0; h < nh; h++) {
+        float a[16];
+        memcpy(a, &s[h], sizeof a);
+        for (int l = 0; i + l < D; l++) a[l] += qh[h][i + l] * row[i + l];
+        for (int w = 8; w > 0; w /= 2)
+            for (int l = 0; l < w; l++) a[l] += a[l + w];
+        out[h] = a[0];
+    }
+}
+
+/* Items [b, e) of (token, block of HB heads): softmax over the picked rows with the sink in the
+ * max and the denominator only, then o = sum_k p_k row_k in increasing k per element. Each item
+ * is computed the same way whichever thread takes it. Always inlined into attn_range and its
+ * AVX-512 twin, which differ only in the registers the compiler uses. */
+static inline __attribute__((always_inline)) void attn_items(const attn_job *j, int64_t b, int64_t e) {
+    const int32_t D = j->D, width = j->width, nhb = (j->H + HB - 1) / HB;
     scratch_mark mark = scratch_begin();
-    float *score = scratch_f32(width);
-    for (int64_t th = b; th < e; th++) {
-        const int64_t t = th / j->H;
-        const int32_t h = (int32_t)(th % j->H);
+    float *score = scratch_f32((int64_t)HB * width); /* [HB][width] */
+    for (int64_t it = b; it < e; it++) {
+        const int64_t t = it / nhb;
+        const int32_t h0 = (int32_t)(it % nhb) * HB, nh = j->H - h0 < HB ? j->H - h0 : HB;
         const int32_t *ids = j->idx + t * width;
-        const float *qv = j->q + th * D;
-        float mx = j->sink[h];
+        const float *qh[HB];
+        float mx[HB], denom[HB];
+        for (int h = 0; h < HB; h++) qh[h] = j->q + (t * j->H + h0 + (h < nh ? h : 0)) * D;
+        for (int h = 0; h < nh; h++) mx[h] = j->sink[h0 + h];
         for (int32_t k = 0; k < width; k++) {
-            if (ids[k] < 0) { score[k] = -INFINITY; continue; }
-            score[k] = dot_lanes(qv, attn_row(j, ids[k]), D) * j->scale;
-            mx = fmaxf(mx, score[k]);
+            if (ids[k] < 0) {
+                for (int h = 0; h < nh; h++) score[h * width + k] = -INFINITY;
+                continue;
+            }
+            float d[HB];
+            dots(qh, nh, attn_row(j, ids[k]), D, d);
+            for (int h = 0; h < nh; h++) {
+                score[h * width + k] = d[h] * j->scale;
+                mx[h] = fmaxf(mx[h], score[h * width + k]);
+            }
         }
-        float denom = expf(j->sink[h] - mx);
-        for (int32_t k = 0; k < width; k++) {
-            score[k] = expf(score[k] - mx);
-            denom += score[k];
+        for (int h = 0; h < nh; h++) {
+            float *sc = score + h * width;
+            denom[h] = expf(j->sink[h0 + h] - mx[h]);
+            for (int32_t k = 0; k < width; k++) {
+                sc[k] = expf(sc[k] - mx[h]);
+                denom[h] += sc[k];
+            }
+            for (int32_t k = 0; k < width; k++) sc[k] = ids[k] < 0 ? 0.0f : sc[k] / denom[h];
         }
-        for (int32_t k = 0; k < width; k++) score[k] = ids[k] < 0 ? 0.0f : score[k] / denom;
-        /* o = sum_k p_k kv[ids[k]], in increasing k per element, 16 elements at a time in a
-         * local array so the lanes stay in registers */
-        float *ov = j->o + th * D;
-        for (int32_t d0 = 0; d0 < D; d0 += 16) {
-            float acc[16] = {0};
-            if (d0 + 16 <= D) {
-                for (int32_t k = 0; k < width; k++) {
-                    if (ids[k] < 0) continue;
-                    const float *kr = attn_row(j, ids[k]) + d0;
-#pragma GCC unroll 16
-                    for (int i = 0; i < 16; i++) acc[i] += score[k] * kr[i];
-                }
-            } else {
-                for (int32_t k = 0; k < width; k++) {
-                    if (ids[k] < 0) continue;
-                    const float *kr = attn_row(j, ids[k]) + d0;
-                    for (int32_t i = 0; i < D - d0; i++) acc[i] += score[k] * kr[i];
+        /* 32 elements of every head at a time, in registers */
+        for (int32_t d0 = 0; d0 < D; d0 += 32) {
+            v16 acc[HB][2] = {{{0}}};
+            const int full = d0 + 32 <= D;
+            for (int32_t k = 0; k < width; k++) {
+                if (ids[k] < 0) continue;
+                const float *kr = attn_row(j, ids[k]) + d0;
+                if (full) {
+                    const v16 r0 = LOAD16(kr), r1 = LOAD16(kr + 16);
+                    for (int h = 0; h < nh; h++) {
+                        const float p = score[h * width + k];
+                        acc[h][0] += p * r0;
+                        acc[h][1] += p * r1;
+                    }
+                } else {
+                    for (int h = 0; h < nh; h++)
+                        for (int32_t i = 0; i < D - d0; i++) acc[h][i / 16][i % 16] += score[h * width + k] * kr[i];
                 }
             }
-            for (int32_t i = 0; i < 16 && d0 + i < D; i++) ov[d0 + i] = acc[i];
+            for (int h = 0; h < nh; h++) {
+                float *ov = j->o + (t * j->H + h0 + h) * D + d0;
+                float a[32];
+                memcpy(a, acc[h], sizeof a);
+                memcpy(ov, a, (size_t)(full ? 32 : D - d0) * sizeof(float));
+            }
         }
-        bf16_round_n(ov, D);
+        for (int h = 0; h < nh; h++) bf16_round_n(j->o + (t * j->H + h0 + h) * D, D);
     }
     scratch_end(mark);
 }
+
+static void attn_range(void *ctx, int64_t b, int64_t e) { attn_items(ctx, b, e); }
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) static void attn_range_avx512(void *ctx, int64_t b, int64_t e) {
+    attn_items(ctx, b, e);
+}
+#endif
 
 /* q [T][H][D], window rows win [nwin][D] then the compressed cache ckv, sink [H], idx [T][width]
  * (-1: none) -> o [T][H][D] bf16, split over the pool by (token, head). The compressed cache is
@@ -157,7 +198,11 @@ static void attn_range(void *ctx, int64_t b, int64_t e) {
 static void sparse_attn(const float *q, const float *win, int32_t nwin, const float *ckv, const float *sink,
                         const int32_t *idx, int64_t T, int32_t H, int32_t D, int32_t width, float scale, float *o) {
     attn_job j = {q, sink, win, ckv, idx, H, D, width, nwin, scale, o};
-    pool_run(T * H, 1, attn_range, &j);
+    void (*range)(void *, int64_t, int64_t) = attn_range;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) range = attn_range_avx512;
+#endif
+    pool_run(T * ((H + HB - 1) / HB), 1, range, &j);
 }
 
 /* Write this call's KV rows into the ring and return the rows attention reads, *n of them: the
