@@ -14,15 +14,29 @@
 #include "pool.h"
 #include "scratch.h"
 
-/* x [T][n], w [n] -> y [T][n] = bf16(w * (x * rsqrt(mean(x^2) + eps))) */
-void rms_norm(const float *x, const float *w, int64_t T, int32_t n, float eps, float *y) {
-    for (int64_t t = 0; t < T; t++) {
-        const float *r = x + t * n;
+typedef struct {
+    const float *x, *w;
+    int32_t n;
+    float eps, *y;
+} norm_job;
+
+/* rows [b, e) of rms_norm, each sum in index order */
+static void norm_range(void *ctx, int64_t b, int64_t e) {
+    const norm_job *j = ctx;
+    const int32_t n = j->n;
+    for (int64_t t = b; t < e; t++) {
+        const float *r = j->x + t * n;
         float ss = 0.0f;
         for (int32_t i = 0; i < n; i++) ss += r[i] * r[i];
-        float rs = 1.0f / sqrtf(ss / (float)n + eps);
-        for (int32_t i = 0; i < n; i++) y[t * n + i] = bf16_round(w[i] * (r[i] * rs));
+        float rs = 1.0f / sqrtf(ss / (float)n + j->eps);
+        for (int32_t i = 0; i < n; i++) j->y[t * n + i] = bf16_round(j->w[i] * (r[i] * rs));
     }
+}
+
+/* x [T][n], w [n] -> y [T][n] = bf16(w * (x * rsqrt(mean(x^2) + eps))), rows over the pool */
+void rms_norm(const float *x, const float *w, int64_t T, int32_t n, float eps, float *y) {
+    norm_job j = {x, w, n, eps, y};
+    pool_run(T, 8, norm_range, &j);
 }
 
 static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -56,23 +70,37 @@ void hc_split_sinkhorn(const float *mix, const float *scale, const float *base, 
     }
 }
 
+typedef struct {
+    const float *h, *scale, *base;
+    const config *c;
+    float *mix, *pre, *post, *comb;
+} mix_job;
+
+/* tokens [b, e) of hc_mixes: the stream's rms (sum in index order) scales the mix, then the
+ * Sinkhorn projection */
+static void mix_range(void *ctx, int64_t b, int64_t e) {
+    const mix_job *j = ctx;
+    const int32_t hc = j->c->hc_mult, nmix = (2 + hc) * hc;
+    const int64_t n = (int64_t)hc * j->c->dim;
+    for (int64_t t = b; t < e; t++) {
+        const float *x = j->h + t * n;
+        float ss = 0.0f, *m = j->mix + t * nmix;
+        for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
+        float rs = 1.0f / sqrtf(ss / (float)n + j->c->norm_eps);
+        for (int32_t i = 0; i < nmix; i++) m[i] *= rs;
+        hc_split_sinkhorn(m, j->scale, j->base, hc, j->c->hc_sinkhorn_iters, j->c->hc_eps, j->pre + t * hc,
+                          j->post + t * hc, j->comb + t * hc * hc);
+    }
+}
+
 /* h [T][hc][dim], fn [(2+hc)*hc][hc*dim] -> pre [T][hc], post [T][hc], comb [T][hc][hc] */
 void hc_mixes(const float *h, int64_t T, const config *c, const weight *fn, const float *scale, const float *base,
               float *pre, float *post, float *comb) {
-    int32_t hc = c->hc_mult, nmix = (2 + hc) * hc;
-    int64_t n = (int64_t)hc * c->dim;
     scratch_mark mark = scratch_begin();
-    float *mix = scratch_f32(T * nmix);
+    float *mix = scratch_f32(T * (2 + c->hc_mult) * c->hc_mult);
     linear(fn, h, T, mix); /* fn is f32: raw f32 sums */
-    for (int64_t t = 0; t < T; t++) {
-        const float *x = h + t * n;
-        float ss = 0.0f, *m = mix + t * nmix;
-        for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
-        float rs = 1.0f / sqrtf(ss / (float)n + c->norm_eps);
-        for (int32_t i = 0; i < nmix; i++) m[i] *= rs;
-        hc_split_sinkhorn(m, scale, base, hc, c->hc_sinkhorn_iters, c->hc_eps, pre + t * hc, post + t * hc,
-                          comb + t * hc * hc);
-    }
+    mix_job j = {h, scale, base, c, mix, pre, post, comb};
+    pool_run(T, 4, mix_range, &j);
     scratch_end(mark);
 }
 

@@ -13,6 +13,7 @@
 
 #include "model.h"
 #include "numerics.h"
+#include "pool.h"
 #include "scratch.h"
 
 static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
@@ -39,20 +40,47 @@ static void route(const config *c, const float *bias, float *s, float *weights, 
     for (int32_t j = 0; j < k; j++) weights[j] *= c->route_scale;
 }
 
-/* g, u [n][inter] (w1 x and w3 x) -> g = bf16(silu(min(g, lim)) * clamp(u, +-lim) * rw), rw [n]
- * (NULL: 1), the input of w2 */
-static void swiglu(const config *c, float *g, const float *u, int64_t n, int64_t inter, const float *rw) {
-    float lim = c->swiglu_limit;
-    for (int64_t t = 0; t < n; t++)
+typedef struct {
+    const config *c;
+    float *g;
+    const float *u, *rw;
+    int64_t inter;
+} swiglu_job;
+
+static void swiglu_range(void *ctx, int64_t b, int64_t e) {
+    const swiglu_job *j = ctx;
+    const float lim = j->c->swiglu_limit;
+    const int64_t inter = j->inter;
+    for (int64_t t = b; t < e; t++)
         for (int64_t i = 0; i < inter; i++) {
-            float gi = g[t * inter + i], ui = u[t * inter + i];
+            float gi = j->g[t * inter + i], ui = j->u[t * inter + i];
             if (lim > 0.0f) {
                 ui = ui < -lim ? -lim : ui > lim ? lim : ui;
                 gi = gi > lim ? lim : gi;
             }
             float h = gi / (1.0f + expf(-gi)) * ui;
-            g[t * inter + i] = bf16_round(rw ? h * rw[t] : h);
+            j->g[t * inter + i] = bf16_round(j->rw ? h * j->rw[t] : h);
         }
+}
+
+typedef struct {
+    const config *c;
+    const float *bias;
+    float *scores, *weights;
+    int32_t *ids;
+} route_job;
+
+static void route_range(void *ctx, int64_t b, int64_t e) {
+    const route_job *j = ctx;
+    const int32_t E = j->c->n_routed_experts, k = j->c->n_activated_experts;
+    for (int64_t t = b; t < e; t++) route(j->c, j->bias, j->scores + t * E, j->weights + t * k, j->ids + t * k);
+}
+
+/* g, u [n][inter] (w1 x and w3 x) -> g = bf16(silu(min(g, lim)) * clamp(u, +-lim) * rw), rw [n]
+ * (NULL: 1), the input of w2; rows over the pool */
+static void swiglu(const config *c, float *g, const float *u, int64_t n, int64_t inter, const float *rw) {
+    swiglu_job j = {c, g, u, rw, inter};
+    pool_run(n, 8, swiglu_range, &j);
 }
 
 /* Experts [e0, e1) (picks [first[e0], first[e1]) of xs, with route weights rw) and, when
@@ -105,7 +133,8 @@ void moe(const dsv41_model *m, int32_t l, const float *x, int64_t T, float *y, f
     int32_t *rows = scratch_i32(n);
     int64_t *first = scratch_bytes((size_t)(E + 1) * sizeof *first); /* expert e: picks [first[e], first[e+1]) */
     linear(&L->gate, x, T, scores);
-    for (int64_t t = 0; t < T; t++) route(c, L->gate_bias, scores + t * E, route_w + t * k, route_idx + t * k);
+    route_job rj = {c, L->gate_bias, scores, route_w, route_idx};
+    pool_run(T, 16, route_range, &rj);
     /* the picks grouped by expert, tokens in order within each */
     int64_t p = 0;
     for (int32_t e = 0; e < E; e++) {

@@ -92,6 +92,20 @@ static double row_cost(const weight *w, int64_t T) {
  * every pool job costs a handshake and ends with one thread waiting for the other, so the
  * projections that read the same activations or run side by side (an MoE's experts) go
  * together. Each row is computed the same way whichever thread takes it. */
+typedef struct {
+    act_quant_fn fn;
+    const float *x;
+    int64_t xstride, cols;
+    float *q, *s;
+} quant_job;
+
+/* tokens [b, e) of an activation quantized for the quant kernels */
+static void quant_range(void *ctx, int64_t b, int64_t e) {
+    const quant_job *j = ctx;
+    const int64_t nb = (j->cols + 31) / 32;
+    for (int64_t t = b; t < e; t++) j->fn(j->x + t * j->xstride, j->cols, j->q + t * j->cols, j->s + t * nb);
+}
+
 void linear_batch(const linear_item *items, int32_t n) {
     const kernel_set *k = kernels_current();
     scratch_mark mark = scratch_begin();
@@ -113,8 +127,8 @@ void linear_batch(const linear_item *items, int32_t n) {
                 jobs[i].xs = prev->xs;
             } else {
                 float *q = scratch_f32(it->T * w->cols), *sc = scratch_f32(it->T * nb);
-                for (int64_t t = 0; t < it->T; t++)
-                    k->act_quant(it->x + t * it->xstride, w->cols, q + t * w->cols, sc + t * nb);
+                quant_job qj = {k->act_quant, it->x, it->xstride, w->cols, q, sc};
+                pool_run(it->T, 16, quant_range, &qj);
                 jobs[i].x = q;
                 jobs[i].xs = sc;
             }
