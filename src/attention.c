@@ -86,6 +86,7 @@ typedef struct {
     const float *q, *sink;
     const float *win, *ckv; /* rows [0, nwin): the window rows; from nwin on: the compressed cache */
     const int32_t *idx;
+    int64_t T;
     int32_t H, D, width, nwin;
     float scale, *o;
 } attn_job;
@@ -115,17 +116,19 @@ static inline __attribute__((always_inline)) void dots(const float *const qh[HB]
     }
 }
 
-/* Items [b, e) of (token, block of HB heads): softmax over the picked rows with the sink in the
+/* Items [b, e) of (block of HB heads, token): softmax over the picked rows with the sink in the
  * max and the denominator only, then o = sum_k p_k row_k in increasing k per element. Each item
  * is computed the same way whichever thread takes it. Always inlined into attn_range and its
  * AVX-512 twin, which differ only in the registers the compiler uses. */
 static inline __attribute__((always_inline)) void attn_items(const attn_job *j, int64_t b, int64_t e) {
-    const int32_t D = j->D, width = j->width, nhb = (j->H + HB - 1) / HB;
+    const int32_t D = j->D, width = j->width;
     scratch_mark mark = scratch_begin();
     float *score = scratch_f32((int64_t)HB * width); /* [HB][width] */
     for (int64_t it = b; it < e; it++) {
-        const int64_t t = it / nhb;
-        const int32_t h0 = (int32_t)(it % nhb) * HB, nh = j->H - h0 < HB ? j->H - h0 : HB;
+        /* head block major: each thread's share holds early and late tokens alike (a prefill's
+         * early tokens see fewer window rows) */
+        const int64_t T = j->T, t = it % T;
+        const int32_t h0 = (int32_t)(it / T) * HB, nh = j->H - h0 < HB ? j->H - h0 : HB;
         const int32_t *ids = j->idx + t * width;
         const float *qh[HB];
         float mx[HB], denom[HB];
@@ -197,7 +200,7 @@ __attribute__((target("avx512f"))) static void attn_range_avx512(void *ctx, int6
  * attention over the few rows picked from it. */
 static void sparse_attn(const float *q, const float *win, int32_t nwin, const float *ckv, const float *sink,
                         const int32_t *idx, int64_t T, int32_t H, int32_t D, int32_t width, float scale, float *o) {
-    attn_job j = {q, sink, win, ckv, idx, H, D, width, nwin, scale, o};
+    attn_job j = {q, sink, win, ckv, idx, T, H, D, width, nwin, scale, o};
     void (*range)(void *, int64_t, int64_t) = attn_range;
 #if defined(__x86_64__)
     if (__builtin_cpu_supports("avx512f")) range = attn_range_avx512;
