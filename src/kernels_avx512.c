@@ -520,6 +520,35 @@ INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_
  * the row block is done. Each FMA needs one load of inputs per 4 and one table broadcast per
  * up to 4, so the loop runs at the FMA ports' rate rather than on decoding. */
 
+/* The e8m0 scales s [n] (n <= 16) of one row's blocks as f32, into out [16]. */
+INL void row_scales(const uint8_t *s, int64_t n, float *out) {
+    _mm512_storeu_ps(out, e8m0_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask16(n), s))));
+}
+
+/* acc [n][ld] (rows of ld tokens, ld a multiple of 16, n rounded up to 4 readable) ->
+ * y [t * ystride + r] for rows r < n and tokens t < nt: 4 rows x 16 tokens per transpose */
+INL void store_transposed(const float *acc, int64_t n, int ld, int nt, float *y, int64_t ystride) {
+    for (int64_t r = 0; r < n; r += 4) {
+        const __mmask16 m = mask16(n - r);
+        for (int t0 = 0; t0 < nt; t0 += 16) {
+            __m512i q[4];
+            transpose4(_mm512_load_si512(acc + r * ld + t0), _mm512_load_si512(acc + (r + 1) * ld + t0),
+                       _mm512_load_si512(acc + (r + 2) * ld + t0), _mm512_load_si512(acc + (r + 3) * ld + t0), q);
+            for (int t = t0; t < t0 + 16 && t < nt; t++) {
+                const __m512i v = q[t % 4];
+                __m128i x;
+                switch ((t - t0) / 4) {
+                case 0: x = _mm512_castsi512_si128(v); break;
+                case 1: x = _mm512_extracti32x4_epi32(v, 1); break;
+                case 2: x = _mm512_extracti32x4_epi32(v, 2); break;
+                default: x = _mm512_extracti32x4_epi32(v, 3); break;
+                }
+                _mm_mask_storeu_epi32(y + t * ystride + r, m, x);
+            }
+        }
+    }
+}
+
 enum {
     W8_MIN_T = 8,     /* tokens from which fp8 takes this path */
     W8_COLS = 128,    /* columns per chunk of prepared inputs */
@@ -531,21 +560,22 @@ enum {
 /* One tile: 4 rows (codes c[i], W8_COLS bytes each, zero past the matrix), G groups of 8
  * tokens, nblk blocks of the chunk; adds each block's scaled product to acc rows in order. */
 INL void w8_tile(const uint8_t c[RT][W8_COLS], const double *tab, const double *X, const float *xsv,
-                 const float ws[RT][W8_COLS / 32], int nblk, const int G, float *acc[RT]) {
+                 const float ws[RT][16], int nblk, const int G, float *acc[RT]) {
     for (int b = 0; b < nblk; b++) {
         __m512d a[RT][4];
 #pragma GCC unroll 4
         for (int i = 0; i < RT; i++)
 #pragma GCC unroll 4
             for (int g = 0; g < 4; g++) a[i][g] = _mm512_setzero_pd();
-#pragma GCC unroll 4
-        for (int j = 32 * b; j < 32 * b + 32; j++) {
+        const double *Xb = X + 32 * b * W8_TOKENS;
+#pragma GCC unroll 8
+        for (int j = 0; j < 32; j++) { /* constant trip count: unrolled without remainders */
             __m512d xv[4];
 #pragma GCC unroll 4
-            for (int g = 0; g < G; g++) xv[g] = _mm512_load_pd(X + j * W8_TOKENS + 8 * g);
+            for (int g = 0; g < G; g++) xv[g] = _mm512_load_pd(Xb + j * W8_TOKENS + 8 * g);
 #pragma GCC unroll 4
             for (int i = 0; i < RT; i++) {
-                const __m512d wv = _mm512_set1_pd(tab[c[i][j]]);
+                const __m512d wv = _mm512_set1_pd(tab[c[i][32 * b + j]]);
 #pragma GCC unroll 4
                 for (int g = 0; g < G; g++) a[i][g] = _mm512_fmadd_pd(wv, xv[g], a[i][g]);
             }
@@ -602,7 +632,7 @@ TGT static int w8_quant(const weight *w, int64_t r0, int64_t r1, const float *x,
     _Alignas(64) float xsv[W8_COLS / 32 * 4 * 8];
     _Alignas(64) float acc[W8_ROWS][W8_TOKENS];
     _Alignas(64) uint8_t c[RT][W8_COLS];
-    float ws[RT][W8_COLS / 32];
+    _Alignas(64) float ws[RT][16];
     const __m512i hb = _mm512_set1_epi8((char)0x80);
     const uint8_t *sc = w->scale;
     for (int64_t t0 = 0; t0 < T; t0 += W8_TOKENS) {
@@ -631,7 +661,7 @@ TGT static int w8_quant(const weight *w, int64_t r0, int64_t r1, const float *x,
                             nan = _mm512_max_epu8(nan, _mm512_or_si512(z, hb));
                             _mm512_store_si512(c[i] + v, z);
                         }
-                        for (int b = 0; b < nblk; b++) ws[i][b] = e8m0_to_f32(sc[(ri[i] / w->scale_rows) * nb + c0 / 32 + b]);
+                        row_scales(sc + (ri[i] / w->scale_rows) * nb + c0 / 32, nblk, ws[i]);
                         ap[i] = acc[ri[i] - rb];
                     }
                     if (_mm512_cmpeq_epi8_mask(nan, _mm512_set1_epi8((char)0xFF))) return 0;
@@ -646,8 +676,7 @@ TGT static int w8_quant(const weight *w, int64_t r0, int64_t r1, const float *x,
                     }
                 }
             }
-            for (int t = 0; t < nt; t++)
-                for (int64_t r = rb; r < rb1; r++) y[(t0 + t) * ystride + (r - r0)] = acc[r - rb][t];
+            store_transposed(&acc[0][0], rb1 - rb, W8_TOKENS, nt, y + t0 * ystride + (rb - r0), ystride);
         }
     }
     return 1;
@@ -710,7 +739,7 @@ INL int w4_prepare(const float *x, int64_t xstride, const float *xs, int64_t nb,
 /* One tile: 4 rows of weight bytes wb[i] (2w+12 in column order, W4_COLS each), nblk blocks;
  * adds each block's scaled product to acc rows in order. */
 INL void w4_tile(const uint8_t wb[RT][W4_COLS], const int8_t *D, const int32_t *corr, const float *xsv,
-                 const float ws[RT][W4_COLS / 32], int nblk, float *acc[RT]) {
+                 const float ws[RT][16], int nblk, float *acc[RT]) {
     for (int b = 0; b < nblk; b++) {
         __m512i a[RT][3];
         const __m512i c = _mm512_load_si512(corr + 16 * b);
@@ -720,14 +749,15 @@ INL void w4_tile(const uint8_t wb[RT][W4_COLS], const int8_t *D, const int32_t *
             a[i][1] = _mm512_setzero_si512();
             a[i][2] = c;
         }
+        const int8_t *Db = D + b * 8 * 3 * 64;
 #pragma GCC unroll 8
-        for (int q = 8 * b; q < 8 * b + 8; q++) {
-            const __m512i d0 = _mm512_load_si512(D + (q * 3) * 64), d1 = _mm512_load_si512(D + (q * 3 + 1) * 64),
-                          d2 = _mm512_load_si512(D + (q * 3 + 2) * 64);
+        for (int q = 0; q < 8; q++) { /* constant trip count: fully unrolled */
+            const __m512i d0 = _mm512_load_si512(Db + (q * 3) * 64), d1 = _mm512_load_si512(Db + (q * 3 + 1) * 64),
+                          d2 = _mm512_load_si512(Db + (q * 3 + 2) * 64);
 #pragma GCC unroll 4
             for (int i = 0; i < RT; i++) {
                 int32_t w4;
-                memcpy(&w4, wb[i] + 4 * q, 4);
+                memcpy(&w4, wb[i] + 32 * b + 4 * q, 4);
                 const __m512i wv = _mm512_set1_epi32(w4);
                 a[i][0] = _mm512_dpbusd_epi32(a[i][0], wv, d0);
                 a[i][1] = _mm512_dpbusd_epi32(a[i][1], wv, d1);
@@ -755,7 +785,7 @@ TGT static int w4_quant(const weight *w, int64_t r0, int64_t r1, const float *x,
     _Alignas(64) float xsv[W4_COLS / 32 * 16];
     _Alignas(64) float acc[W4_ROWS][W4_TOKENS];
     _Alignas(64) uint8_t wb[RT][W4_COLS];
-    float ws[RT][W4_COLS / 32];
+    _Alignas(64) float ws[RT][16];
     const __m512i lut = _mm512_loadu_si512(FP4_LUT);
     /* bytes [lo0, hi0, lo1, hi1, ...] of the first and the second 32 bytes of lo and hi */
     _Alignas(64) uint8_t ilv[2][64];
@@ -789,7 +819,7 @@ TGT static int w4_quant(const weight *w, int64_t r0, int64_t r1, const float *x,
                             _mm512_store_si512(wb[i] + 2 * v, _mm512_permutex2var_epi8(lo, il0, hi));
                             _mm512_store_si512(wb[i] + 2 * v + 64, _mm512_permutex2var_epi8(lo, il1, hi));
                         }
-                        for (int b = 0; b < nblk; b++) ws[i][b] = e8m0_to_f32(sc[(ri[i] / w->scale_rows) * nb + c0 / 32 + b]);
+                        row_scales(sc + (ri[i] / w->scale_rows) * nb + c0 / 32, nblk, ws[i]);
                         ap[i] = acc[ri[i] - rb];
                     }
                     float spare[W4_TOKENS] __attribute__((aligned(64)));
@@ -797,8 +827,7 @@ TGT static int w4_quant(const weight *w, int64_t r0, int64_t r1, const float *x,
                     w4_tile(wb, D, corr, xsv, ws, nblk, ap);
                 }
             }
-            for (int t = 0; t < nt; t++)
-                for (int64_t r = rb; r < rb1; r++) y[(t0 + t) * ystride + (r - r0)] = acc[r - rb][t];
+            store_transposed(&acc[0][0], rb1 - rb, W4_TOKENS, nt, y + t0 * ystride + (rb - r0), ystride);
         }
     }
     return 1;
