@@ -704,8 +704,8 @@ enum {
 
 /* Prepares nc columns of nt tokens (x at the first token's first column): D [quad][digit]
  * [token][4] digit bytes (high digit first), corr [block][token] = -12 sum(k), xsv [block]
- * [token] the input scales (xs at the first token's chunk scales, nb per token). Returns 0
- * when an input is not k/512 with |k| <= 2^21. */
+ * [token] the input scales times 2^-10 (xs at the first token's chunk scales, nb per token).
+ * Returns 0 when an input is not k/512 with |k| <= 2^21 or a scale is below 2^-116. */
 INL int w4_prepare(const float *x, int64_t xstride, const float *xs, int64_t nb, int nt, int64_t nc, int8_t *D,
                    int32_t *corr, float *xsv) {
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -713,6 +713,7 @@ INL int w4_prepare(const float *x, int64_t xstride, const float *xs, int64_t nb,
     const __mmask16 m = (__mmask16)(nt >= 16 ? 0xFFFF : (1u << nt) - 1);
     const __m512i ff = _mm512_set1_epi32(255), h = _mm512_set1_epi32(128);
     __mmask16 ok = 0xFFFF;
+    int small = 0;
     for (int64_t b = 0; b < (nc + 31) / 32; b++) {
         __m512i sum = _mm512_setzero_si512();
         for (int64_t q = 8 * b; q < 8 * b + 8; q++) {
@@ -731,9 +732,15 @@ INL int w4_prepare(const float *x, int64_t xstride, const float *xs, int64_t nb,
             for (int g = 0; g < 3; g++) _mm512_store_si512(D + (q * 3 + g) * 64, d[g]);
         }
         _mm512_store_si512(corr + 16 * b, _mm512_mullo_epi32(sum, _mm512_set1_epi32(-12)));
-        for (int t = 0; t < W4_TOKENS; t++) xsv[16 * b + t] = t < nt ? xs[t * nb + b] : 0.0f;
+        for (int t = 0; t < W4_TOKENS; t++) {
+            /* the 2^-10 that turns the integer sum into the block's sum rides on the input scale:
+             * exact (and so the same product) unless the scale is below 2^-116 */
+            const float v = t < nt ? xs[t * nb + b] : 0.0f;
+            small |= fabsf(v) < 0x1p-116f && v != 0.0f;
+            xsv[16 * b + t] = v * 0x1p-10f;
+        }
     }
-    return ok == 0xFFFF;
+    return ok == 0xFFFF && !small;
 }
 
 /* One tile: 4 rows of weight bytes wb[i] (2w+12 in column order, W4_COLS each), nblk blocks;
@@ -768,8 +775,7 @@ INL void w4_tile(const uint8_t wb[RT][W4_COLS], const int8_t *D, const int32_t *
 #pragma GCC unroll 4
         for (int i = 0; i < RT; i++) {
             __m512i u = _mm512_add_epi32(_mm512_slli_epi32(_mm512_add_epi32(_mm512_slli_epi32(a[i][0], 8), a[i][1]), 8), a[i][2]);
-            __m512 part = _mm512_mul_ps(_mm512_cvtepi32_ps(u), _mm512_set1_ps(0x1p-10f));
-            __m512 p = _mm512_mul_ps(_mm512_mul_ps(part, xv), _mm512_set1_ps(ws[i][b]));
+            __m512 p = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(u), xv), _mm512_set1_ps(ws[i][b]));
             _mm512_store_ps(acc[i], _mm512_add_ps(_mm512_load_ps(acc[i]), p));
         }
     }

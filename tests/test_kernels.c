@@ -236,6 +236,11 @@ static void test_outside_at(const kernel_set *k, int64_t T) {
     check_case(k, &w8, 0, T, x, NULL, cols, "e4m3 with a NaN code");
     ((uint8_t *)w4.scale)[4 * nb + 1] = 255;
     check_case(k, &w4, 1, T, q, xs, cols, "fp4 with a NaN scale");
+    /* an input scale far below any act_quant gives (the wide fp4 path folds 2^-10 into it) */
+    float keep_s = xs[1];
+    xs[1] = 0x1.000002p-120f; /* 2^-10 of it is no f32 */
+    check_case(k, &w4, 1, T, q, xs, cols, "fp4 with an input scale near 2^-120");
+    xs[1] = keep_s;
     /* subnormal weights with denormals flushed (the fp8 path decodes to subnormal f32) */
     weight ws = make_weight(K_E4M3_TILE, rows, cols);
     for (int64_t i = 0; i < rows * cols; i += 3) ((uint8_t *)ws.data)[i] &= 0x87; /* exponent 0 */
