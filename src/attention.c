@@ -77,6 +77,8 @@ void rope_apply(const rope_table *rt, float *x, int64_t row_len, int32_t rope_di
  * instruction set gives the same bits. */
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias)); /* unaligned loads */
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v4 __attribute__((vector_size(16)));
 
 #define LOAD16(p) (*(const v16u *)(const void *)(p))
 
@@ -105,6 +107,15 @@ static inline __attribute__((always_inline)) void dots(const float *const qh[HB]
     for (; i + 16 <= D; i += 16) {
         const v16 r = LOAD16(row + i);
         for (int h = 0; h < nh; h++) s[h] += LOAD16(qh[h] + i) * r;
+    }
+    if (i == D) { /* the fold as vector halves: the same adds, lane by lane */
+        for (int h = 0; h < nh; h++) {
+            v8 a = __builtin_shufflevector(s[h], s[h], 0, 1, 2, 3, 4, 5, 6, 7) +
+                   __builtin_shufflevector(s[h], s[h], 8, 9, 10, 11, 12, 13, 14, 15);
+            v4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+            out[h] = (b[0] + b[2]) + (b[1] + b[3]);
+        }
+        return;
     }
     for (int h = 0; h < nh; h++) {
         float a[16];
