@@ -120,6 +120,22 @@ static void run_experts(const dsv41_model *m, int32_t l, const int64_t *first, i
     scratch_end(mark);
 }
 
+typedef struct {
+    float *acc;
+    const float *ys;
+    const int32_t *rows;
+    int64_t np;
+    int32_t dim;
+} scatter_job;
+
+/* columns [16b, 16e) of acc[rows[i]] += ys[i], the picks in order */
+static void scatter_range(void *ctx, int64_t b, int64_t e) {
+    const scatter_job *j = ctx;
+    const int32_t d0 = (int32_t)(16 * b), d1 = 16 * e < j->dim ? (int32_t)(16 * e) : j->dim;
+    for (int64_t i = 0; i < j->np; i++)
+        for (int32_t d = d0; d < d1; d++) j->acc[j->rows[i] * (int64_t)j->dim + d] += j->ys[i * j->dim + d];
+}
+
 /* x [T][dim] -> y [T][dim], route_w [T][k], route_idx [T][k]. Experts run in consecutive groups
  * of at most max(T, 64) picks, so a decode step makes two pool jobs per layer and a prefill's
  * scratch stays a few activations' worth. */
@@ -156,8 +172,8 @@ void moe(const dsv41_model *m, int32_t l, const float *x, int64_t T, float *y, f
         int64_t p0 = first[e0], np = first[e1] - p0;
         for (int64_t i = 0; i < np; i++) memcpy(xs + i * dim, x + rows[p0 + i] * dim, (size_t)dim * sizeof *x);
         run_experts(m, l, first, e0, e1, xs, rw + p0, x, T, shared && e1 == E, ys, yss);
-        for (int64_t i = 0; i < np; i++)
-            for (int32_t d = 0; d < dim; d++) acc[rows[p0 + i] * dim + d] += ys[i * dim + d];
+        scatter_job sj = {acc, ys, rows + p0, np, dim};
+        pool_run((dim + 15) / 16, np >= 64 ? 8 : dim, scatter_range, &sj); /* a decode step's few picks: inline */
     }
     if (shared)
         for (int64_t i = 0; i < T * dim; i++) acc[i] += yss[i];
