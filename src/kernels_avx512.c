@@ -582,11 +582,15 @@ INL void w8_tile(const uint8_t c[RT][W8_COLS], const double *tab, const double *
         }
 #pragma GCC unroll 4
         for (int i = 0; i < RT; i++) {
-            const __m256 s = _mm256_set1_ps(ws[i][b]);
-#pragma GCC unroll 4
-            for (int g = 0; g < G; g++) {
-                __m256 p = _mm256_mul_ps(_mm256_mul_ps(_mm512_cvtpd_ps(a[i][g]), _mm256_load_ps(xsv + (b * 4 + g) * 8)), s);
-                _mm256_store_ps(acc[i] + 8 * g, _mm256_add_ps(_mm256_load_ps(acc[i] + 8 * g), p));
+            const __m512 s = _mm512_set1_ps(ws[i][b]);
+            /* two groups (16 tokens) per vector of f32 */
+#pragma GCC unroll 2
+            for (int g = 0; g < G; g += 2) {
+                const __m256 lo = _mm512_cvtpd_ps(a[i][g]);
+                const __m512 v = g + 1 < G ? _mm512_insertf32x8(_mm512_castps256_ps512(lo), _mm512_cvtpd_ps(a[i][g + 1]), 1)
+                                           : _mm512_zextps256_ps512(lo);
+                const __m512 p = _mm512_mul_ps(_mm512_mul_ps(v, _mm512_load_ps(xsv + (b * 4 + g) * 8)), s);
+                _mm512_store_ps(acc[i] + 8 * g, _mm512_add_ps(_mm512_load_ps(acc[i] + 8 * g), p));
             }
         }
     }
