@@ -1,5 +1,5 @@
 /* pool.c - the worker threads (see pool.h). One job runs at a time; workers sleep on a
- * condition variable between jobs and the caller takes the first range itself. */
+ * condition variable between jobs, and the caller works on the job too. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -21,11 +21,18 @@ static struct {
     pool_fn fn;
     void *ctx;
     int64_t items, per;    /* the job: [0, items) in ranges of `per` */
+    int64_t next;          /* the next range to hand out */
 } P = {.mu = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
 
-static void run_range(int32_t i) {
-    int64_t b = (int64_t)i * P.per, e = b + P.per < P.items ? b + P.per : P.items;
-    if (b < e) P.fn(P.ctx, b, e);
+/* Takes ranges until none is left: a thread that a neighbour on the host slows down, or that
+ * wakes late, takes fewer, so nobody waits long for it. Which thread runs a range never
+ * changes what the range computes. */
+static void run_ranges(void) {
+    for (;;) {
+        int64_t b = __atomic_fetch_add(&P.next, 1, __ATOMIC_RELAXED) * P.per;
+        if (b >= P.items) return;
+        P.fn(P.ctx, b, b + P.per < P.items ? b + P.per : P.items);
+    }
 }
 
 /* A decode step calls the pool a few hundred times with microseconds of serial work between
@@ -55,7 +62,7 @@ static void *worker(void *arg) {
         }
         seen = __atomic_load_n(&P.generation, __ATOMIC_ACQUIRE);
         if (id >= P.n) continue; /* parked: the pool was resized below this worker */
-        run_range(id);
+        run_ranges();
         if (__atomic_sub_fetch(&P.pending, 1, __ATOMIC_ACQ_REL) == 0) {
             pthread_mutex_lock(&P.mu);
             pthread_cond_signal(&P.done);
@@ -92,16 +99,18 @@ void pool_run(int64_t n, int64_t min_per_thread, pool_fn fn, void *ctx) {
         return;
     }
     pthread_mutex_lock(&P.mu);
-    int64_t use = n / min_per_thread < t ? n / min_per_thread : t;
+    /* up to 4 ranges per thread, each at least min_per_thread items */
+    int64_t ranges = n / min_per_thread < 4 * t ? n / min_per_thread : 4 * t;
     P.fn = fn;
     P.ctx = ctx;
     P.items = n;
-    P.per = (n + use - 1) / use;
+    P.per = (n + ranges - 1) / ranges;
+    P.next = 0;
     __atomic_store_n(&P.pending, t - 1, __ATOMIC_RELEASE);
     __atomic_add_fetch(&P.generation, 1, __ATOMIC_ACQ_REL);
     if (P.sleepers) pthread_cond_broadcast(&P.work);
     pthread_mutex_unlock(&P.mu);
-    run_range(0);
+    run_ranges();
     for (int i = 0; i < SPINS && __atomic_load_n(&P.pending, __ATOMIC_ACQUIRE) > 0; i++) relax();
     if (__atomic_load_n(&P.pending, __ATOMIC_ACQUIRE) > 0) {
         pthread_mutex_lock(&P.mu);
