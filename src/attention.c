@@ -71,16 +71,10 @@ void rope_apply(const rope_table *rt, float *x, int64_t row_len, int32_t rope_di
     }
 }
 
-/* Scores and outputs are vectors of 16 f32 lanes: GCC and clang compile their arithmetic lane
- * by lane to whatever the target has (4 SSE2 or NEON registers, one AVX-512 register) without
- * reassociating, so the order of every sum is fixed by this code and every build and
- * instruction set gives the same bits. */
-typedef float v16 __attribute__((vector_size(64)));
-typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias)); /* unaligned loads */
+/* Scores and outputs are vectors of 16 f32 lanes (v16, numerics.h), so the order of every sum
+ * is fixed by this code and every build and instruction set gives the same bits. */
 typedef float v8 __attribute__((vector_size(32)));
 typedef float v4 __attribute__((vector_size(16)));
-
-#define LOAD16(p) (*(const v16u *)(const void *)(p))
 
 enum { HB = 4 }; /* heads per job item: they share every KV row they read */
 

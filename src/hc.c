@@ -143,6 +143,9 @@ void hc_pre(const float *h, const float *pre, int64_t T, int32_t hc, int32_t dim
 
 /* rows [b, e) of hc_post, a row being one output copy k of one token t (b = t hc + k); 4
  * channels at a time as in pre_range */
+#if defined(__x86_64__)
+__attribute__((target_clones("avx512f", "default")))
+#endif
 static void post_range(void *ctx, int64_t b, int64_t e) {
     const hc_job *j = ctx;
     const int32_t hc = j->hc, dim = j->dim;
@@ -152,10 +155,10 @@ static void post_range(void *ctx, int64_t b, int64_t e) {
         const float post = j->wts[r];
         float *y = j->y + r * dim;
         int32_t d = 0;
-        for (; d + 4 <= dim; d += 4) {
-            f4 mix = {0.0f, 0.0f, 0.0f, 0.0f};
-            for (int32_t i = 0; i < hc; i++) mix += comb[i * hc] * load4(res + i * dim + d);
-            f4 v = post * load4(x + d) + mix;
+        for (; d + 16 <= dim; d += 16) {
+            v16 mix = {0.0f};
+            for (int32_t i = 0; i < hc; i++) mix += comb[i * hc] * LOAD16(res + i * dim + d);
+            v16 v = post * LOAD16(x + d) + mix;
             memcpy(y + d, &v, sizeof v);
         }
         for (; d < dim; d++) {

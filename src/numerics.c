@@ -113,17 +113,21 @@ float fixed_value(const char *name, uint64_t i, double scale, double offset) {
 
 uint64_t fixed_int(const char *name, uint64_t i, uint64_t m) { return fixed_raw(name, i) % m; }
 
-typedef uint32_t u32x4 __attribute__((vector_size(16)));
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
 
+/* 16 lanes: four SSE2 / NEON registers, or one AVX-512 register in the x86-64 clone */
+#if defined(__x86_64__)
+__attribute__((target_clones("avx512f", "default")))
+#endif
 void bf16_round_n(float *x, int64_t n) {
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        u32x4 b;
+    for (; i + 16 <= n; i += 16) {
+        u32x16 b;
         memcpy(&b, x + i, sizeof b);
         /* as f32_to_bf16: NaNs keep their sign and high payload and become quiet, the rest round
          * to nearest even */
-        u32x4 nan = (b & 0x7FFFFFFFu) > 0x7F800000u;
-        u32x4 r = ((b | 0x400000u) & nan) | ((b + 0x7FFFu + ((b >> 16) & 1u)) & ~nan);
+        u32x16 nan = (b & 0x7FFFFFFFu) > 0x7F800000u;
+        u32x16 r = ((b | 0x400000u) & nan) | ((b + 0x7FFFu + ((b >> 16) & 1u)) & ~nan);
         r &= 0xFFFF0000u;
         memcpy(x + i, &r, sizeof r);
     }

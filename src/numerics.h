@@ -20,6 +20,13 @@ static inline f4 load4(const float *p) {
     return v;
 }
 
+/* 16 floats, the same way: four SSE2 / NEON registers, or one AVX-512 register in a function
+ * compiled for it (such a function has a baseline twin, chosen at run time). LOAD16 reads one
+ * from any float address. */
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
+#define LOAD16(p) (*(const v16u *)(const void *)(p))
+
 /* ---- bf16: round to nearest even on the f32 bit pattern, NaN passes through (torch's cast) */
 static inline uint32_t f32_bits(float x) { union { float f; uint32_t u; } v = {x}; return v.u; }
 static inline float bits_f32(uint32_t u) { union { uint32_t u; float f; } v = {u}; return v.f; }
