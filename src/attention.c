@@ -100,6 +100,7 @@ static inline __attribute__((always_inline)) void dots(const float *const qh[HB]
     int32_t i = 0;
     for (; i + 16 <= D; i += 16) {
         const v16 r = LOAD16(row + i);
+#pragma GCC unroll 4
         for (int h = 0; h < nh; h++) s[h] += LOAD16(qh[h] + i) * r;
     }
     if (i == D) { /* the fold as vector halves: the same adds, lane by lane */
@@ -121,72 +122,81 @@ static inline __attribute__((always_inline)) void dots(const float *const qh[HB]
     }
 }
 
+/* One item: token t, heads [h0, h0+nh). Inlined with nh = HB for full blocks, so the
+ * accumulators of every head stay in registers. */
+static inline __attribute__((always_inline)) void attn_item(const attn_job *j, int64_t t, int32_t h0, const int nh,
+                                                            float *score) {
+    const int32_t D = j->D, width = j->width;
+    const int32_t *ids = j->idx + t * width;
+    const float *qh[HB];
+    float mx[HB], denom[HB];
+    for (int h = 0; h < HB; h++) qh[h] = j->q + (t * j->H + h0 + (h < nh ? h : 0)) * D;
+    for (int h = 0; h < nh; h++) mx[h] = j->sink[h0 + h];
+    for (int32_t k = 0; k < width; k++) {
+        if (ids[k] < 0) {
+            for (int h = 0; h < nh; h++) score[h * width + k] = -INFINITY;
+            continue;
+        }
+        float d[HB];
+        dots(qh, nh, attn_row(j, ids[k]), D, d);
+        for (int h = 0; h < nh; h++) {
+            score[h * width + k] = d[h] * j->scale;
+            mx[h] = fmaxf(mx[h], score[h * width + k]);
+        }
+    }
+    for (int h = 0; h < nh; h++) {
+        float *sc = score + h * width;
+        denom[h] = expf(j->sink[h0 + h] - mx[h]);
+        for (int32_t k = 0; k < width; k++) {
+            sc[k] = expf(sc[k] - mx[h]);
+            denom[h] += sc[k];
+        }
+        for (int32_t k = 0; k < width; k++) sc[k] = ids[k] < 0 ? 0.0f : sc[k] / denom[h];
+    }
+    /* 32 elements of every head at a time */
+    for (int32_t d0 = 0; d0 < D; d0 += 32) {
+        v16 acc[HB][2] = {{{0}}};
+        const int full = d0 + 32 <= D;
+        for (int32_t k = 0; k < width; k++) {
+            if (ids[k] < 0) continue;
+            const float *kr = attn_row(j, ids[k]) + d0;
+            if (full) {
+                const v16 r0 = LOAD16(kr), r1 = LOAD16(kr + 16);
+#pragma GCC unroll 4
+                for (int h = 0; h < nh; h++) {
+                    const float p = score[h * width + k];
+                    acc[h][0] += p * r0;
+                    acc[h][1] += p * r1;
+                }
+            } else {
+                for (int h = 0; h < nh; h++)
+                    for (int32_t i = 0; i < D - d0; i++) acc[h][i / 16][i % 16] += score[h * width + k] * kr[i];
+            }
+        }
+        for (int h = 0; h < nh; h++) {
+            float *ov = j->o + (t * j->H + h0 + h) * D + d0;
+            float a[32];
+            memcpy(a, acc[h], sizeof a);
+            memcpy(ov, a, (size_t)(full ? 32 : D - d0) * sizeof(float));
+        }
+    }
+    for (int h = 0; h < nh; h++) bf16_round_n(j->o + (t * j->H + h0 + h) * D, D);
+}
+
 /* Items [b, e) of (block of HB heads, token): softmax over the picked rows with the sink in the
  * max and the denominator only, then o = sum_k p_k row_k in increasing k per element. Each item
  * is computed the same way whichever thread takes it. Always inlined into attn_range and its
  * AVX-512 twin, which differ only in the registers the compiler uses. */
 static inline __attribute__((always_inline)) void attn_items(const attn_job *j, int64_t b, int64_t e) {
-    const int32_t D = j->D, width = j->width;
     scratch_mark mark = scratch_begin();
-    float *score = scratch_f32((int64_t)HB * width); /* [HB][width] */
+    float *score = scratch_f32((int64_t)HB * j->width); /* [HB][width] */
     for (int64_t it = b; it < e; it++) {
         /* head block major: each thread's share holds early and late tokens alike (a prefill's
          * early tokens see fewer window rows) */
-        const int64_t T = j->T, t = it % T;
-        const int32_t h0 = (int32_t)(it / T) * HB, nh = j->H - h0 < HB ? j->H - h0 : HB;
-        const int32_t *ids = j->idx + t * width;
-        const float *qh[HB];
-        float mx[HB], denom[HB];
-        for (int h = 0; h < HB; h++) qh[h] = j->q + (t * j->H + h0 + (h < nh ? h : 0)) * D;
-        for (int h = 0; h < nh; h++) mx[h] = j->sink[h0 + h];
-        for (int32_t k = 0; k < width; k++) {
-            if (ids[k] < 0) {
-                for (int h = 0; h < nh; h++) score[h * width + k] = -INFINITY;
-                continue;
-            }
-            float d[HB];
-            dots(qh, nh, attn_row(j, ids[k]), D, d);
-            for (int h = 0; h < nh; h++) {
-                score[h * width + k] = d[h] * j->scale;
-                mx[h] = fmaxf(mx[h], score[h * width + k]);
-            }
-        }
-        for (int h = 0; h < nh; h++) {
-            float *sc = score + h * width;
-            denom[h] = expf(j->sink[h0 + h] - mx[h]);
-            for (int32_t k = 0; k < width; k++) {
-                sc[k] = expf(sc[k] - mx[h]);
-                denom[h] += sc[k];
-            }
-            for (int32_t k = 0; k < width; k++) sc[k] = ids[k] < 0 ? 0.0f : sc[k] / denom[h];
-        }
-        /* 32 elements of every head at a time, in registers */
-        for (int32_t d0 = 0; d0 < D; d0 += 32) {
-            v16 acc[HB][2] = {{{0}}};
-            const int full = d0 + 32 <= D;
-            for (int32_t k = 0; k < width; k++) {
-                if (ids[k] < 0) continue;
-                const float *kr = attn_row(j, ids[k]) + d0;
-                if (full) {
-                    const v16 r0 = LOAD16(kr), r1 = LOAD16(kr + 16);
-                    for (int h = 0; h < nh; h++) {
-                        const float p = score[h * width + k];
-                        acc[h][0] += p * r0;
-                        acc[h][1] += p * r1;
-                    }
-                } else {
-                    for (int h = 0; h < nh; h++)
-                        for (int32_t i = 0; i < D - d0; i++) acc[h][i / 16][i % 16] += score[h * width + k] * kr[i];
-                }
-            }
-            for (int h = 0; h < nh; h++) {
-                float *ov = j->o + (t * j->H + h0 + h) * D + d0;
-                float a[32];
-                memcpy(a, acc[h], sizeof a);
-                memcpy(ov, a, (size_t)(full ? 32 : D - d0) * sizeof(float));
-            }
-        }
-        for (int h = 0; h < nh; h++) bf16_round_n(j->o + (t * j->H + h0 + h) * D, D);
+        const int64_t t = it % j->T;
+        const int32_t h0 = (int32_t)(it / j->T) * HB;
+        if (j->H - h0 >= HB) attn_item(j, t, h0, HB, score);
+        else attn_item(j, t, h0, j->H - h0, score);
     }
     scratch_end(mark);
 }
