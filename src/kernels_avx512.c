@@ -843,6 +843,128 @@ TGT static int w4_quant(const weight *w, int64_t r0, int64_t r1, const float *x,
     return 1;
 }
 
+/* ================================================================ dense, many tokens
+ *
+ * From 16 tokens on, the dense kernel also puts tokens in the lanes: each weight, decoded once
+ * per row chunk into f32, is broadcast against 16 tokens' inputs, so a row's sum for each token
+ * runs over the columns in order, one FMA per 16 multiply-adds and no horizontal sums. (The
+ * order differs from the few-token tiles, which is within the dense contract: a fast kernel's
+ * order is its own, the same whatever the row split.) Inputs of WD_COLS columns for 32 tokens
+ * are laid out [column][token] (32 KB, in L1); 8 rows at a time pass over them, their running
+ * sums kept in acc [row][token] between chunks. */
+
+enum {
+    WD_MIN_T = 16,   /* tokens from which dense takes this path */
+    WD_COLS = 256,   /* columns per chunk */
+    WD_ROWS = 512,   /* rows per row block */
+    WD_TOKENS = 32,  /* tokens per pass: 2 vectors of 16 */
+    WD_RT = 8,       /* rows per tile */
+};
+
+/* X [WD_COLS][WD_TOKENS] = nc columns of nt tokens (x at the first token's first column) */
+INL void wd_prepare(const float *x, int64_t xstride, int nt, int64_t nc, float *X) {
+    const __m512i off = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)xstride));
+    for (int g = 0; g < WD_TOKENS / 16; g++) {
+        const int left = nt - 16 * g;
+        const __mmask16 m = left >= 16 ? 0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+        for (int64_t j = 0; j < WD_COLS; j++)
+            _mm512_store_ps(X + j * WD_TOKENS + 16 * g,
+                            j < nc ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, off, x + 16 * g * xstride + j, 4)
+                                   : _mm512_setzero_ps());
+    }
+}
+
+/* Row r's columns [c0, c0+nc) as f32 into out [WD_COLS] (zero past nc); returns 0 when one is
+ * an e4m3 NaN code (the f16 decoding has no NaN) */
+INL int wd_decode(const weight *w, int64_t r, int64_t c0, int64_t nc, float *out) {
+    const int64_t cols = w->cols, nb = (cols + 31) / 32;
+    int nan = 0;
+    for (int64_t c = 0; c < WD_COLS; c += 16) {
+        const __mmask16 m = mask16(nc - c);
+        __m512 v;
+        if (c >= nc) {
+            v = _mm512_setzero_ps();
+        } else if (w->type == DT_F32) {
+            v = _mm512_maskz_loadu_ps(m, (const float *)w->data + r * cols + c0 + c);
+        } else if (w->type == DT_BF16) {
+            __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)w->data + r * cols + c0 + c);
+            v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        } else {
+            __m128i b = _mm_maskz_loadu_epi8(m, (const uint8_t *)w->data + r * cols + c0 + c);
+            nan |= _mm_cmpeq_epi8_mask(_mm_or_si128(b, _mm_set1_epi8((char)0x80)), _mm_set1_epi8((char)0xFF)) != 0;
+            v = _mm512_mul_ps(_mm512_cvtph_ps(e4m3_f16(b)), _mm512_set1_ps(256.0f));
+            v = _mm512_mul_ps(v, _mm512_set1_ps(e8m0_to_f32(w->scale[(r / w->scale_rows) * nb + (c0 + c) / 32])));
+        }
+        _mm512_store_ps(out + c, v);
+    }
+    return !nan;
+}
+
+/* One tile: WD_RT rows of decoded weights wf, G (1 or 2) vectors of 16 tokens; acc rows hold
+ * the running sums */
+INL void wd_tile(const float wf[WD_RT][WD_COLS], const float *X, int64_t nc, const int G, float *acc[WD_RT]) {
+    __m512 a[WD_RT][2];
+#pragma GCC unroll 8
+    for (int i = 0; i < WD_RT; i++)
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++) a[i][g] = _mm512_load_ps(acc[i] + 16 * g);
+    for (int64_t c = 0; c < nc; c++) {
+        __m512 xv[2];
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++) xv[g] = _mm512_load_ps(X + c * WD_TOKENS + 16 * g);
+#pragma GCC unroll 8
+        for (int i = 0; i < WD_RT; i++) {
+            const __m512 wv = _mm512_set1_ps(wf[i][c]);
+#pragma GCC unroll 2
+            for (int g = 0; g < G; g++) a[i][g] = _mm512_fmadd_ps(wv, xv[g], a[i][g]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < WD_RT; i++)
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++) _mm512_store_ps(acc[i] + 16 * g, a[i][g]);
+}
+
+/* dense for T >= WD_MIN_T and f32, bf16 or e4m3 weights (a row holding an e4m3 NaN code goes
+ * to the scalar kernel, as in the tiles); returns 0 for any other weight, for the tiles */
+TGT static int wd_dense(const weight *w, int64_t r0, int64_t r1, const float *x, int64_t T, int64_t xstride, float *y,
+                        int64_t ystride) {
+    if (!(w->type == DT_F32 || w->type == DT_BF16 || (w->type == DT_E4M3 && w->scale))) return 0;
+    const int64_t cols = w->cols;
+    _Alignas(64) float X[WD_COLS * WD_TOKENS];
+    _Alignas(64) float acc[WD_ROWS][WD_TOKENS];
+    _Alignas(64) float wf[WD_RT][WD_COLS];
+    for (int64_t t0 = 0; t0 < T; t0 += WD_TOKENS) {
+        const int nt = (int)imin(WD_TOKENS, T - t0), G = (nt + 15) / 16;
+        for (int64_t rb = r0; rb < r1; rb += WD_ROWS) {
+            const int64_t rb1 = imin(r1, rb + WD_ROWS);
+            uint8_t nan[WD_ROWS] = {0};
+            memset(acc, 0, sizeof acc);
+            for (int64_t c0 = 0; c0 < cols; c0 += WD_COLS) {
+                const int64_t nc = imin(WD_COLS, cols - c0);
+                wd_prepare(x + t0 * xstride + c0, xstride, nt, nc, X);
+                for (int64_t r = rb; r < rb1; r += WD_RT) {
+                    float *ap[WD_RT], spare[WD_TOKENS] __attribute__((aligned(64)));
+                    for (int i = 0; i < WD_RT; i++) {
+                        const int64_t ri = r + i < rb1 ? r + i : rb1 - 1;
+                        nan[ri - rb] |= !wd_decode(w, ri, c0, nc, wf[i]);
+                        ap[i] = r + i < rb1 ? acc[ri - rb] : spare;
+                    }
+                    if (G == 1) wd_tile(wf, X, nc, 1, ap);
+                    else wd_tile(wf, X, nc, 2, ap);
+                }
+            }
+            store_transposed(&acc[0][0], rb1 - rb, WD_TOKENS, nt, y + t0 * ystride + (rb - r0), ystride);
+            for (int64_t r = rb; r < rb1; r++) /* a row with a NaN code: the reference's element-wise path */
+                if (nan[r - rb])
+                    kernels_scalar.dense(w, r, r + 1, x + t0 * xstride, NULL, nt, xstride, y + t0 * ystride + (r - r0),
+                                         ystride);
+        }
+    }
+    return 1;
+}
+
 /* ================================================================ act_quant
  *
  * Rounding to the e4m3 grid is one add and one subtract: for |v| in [2^e, 2^(e+1)) the grid
@@ -888,11 +1010,18 @@ TGT static void avx512_act_quant(const float *x, int64_t n, float *q, float *s) 
 
 INL int fp8_usable(void) { return 1; } /* integers and exact f64: no denormal on the way */
 
-#define DENSE_NAME avx512_dense
+#define DENSE_NAME avx512_dense_tiles
 #define QUANT_NAME avx512_quant_tiles
 #define QUANT_FP8_CHUNK FP8V_CHUNK
 #define FP4_GROUP 64
 #include "kernels_drivers.h"
+
+/* many tokens: lanes hold tokens; otherwise (or when it declines) the tiles */
+TGT static void avx512_dense(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
+                             int64_t xstride, float *y, int64_t ystride) {
+    if (T >= WD_MIN_T && w->cols > 0 && wd_dense(w, r0, r1, x, T, xstride, y, ystride)) return;
+    avx512_dense_tiles(w, r0, r1, x, xs, T, xstride, y, ystride);
+}
 
 /* fp8 with many tokens: the f64 path; otherwise (or when it declines) the integer tiles */
 TGT static void avx512_quant(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,

@@ -251,10 +251,12 @@ static void test_outside_at(const kernel_set *k, int64_t T) {
     free_guarded();
 }
 
-/* at few tokens (the integer tiles) and at many (the fp8 f64 path) */
+/* at few tokens (the tiles) and at more (the paths with tokens in lanes: fp8 and fp4 from 8,
+ * dense from 16) */
 static void test_outside(const kernel_set *k) {
     test_outside_at(k, 2);
     test_outside_at(k, 9);
+    test_outside_at(k, 17);
 }
 
 /* The set's act_quant gives the scalar set's scales and values bit for bit (NaN for NaN). */
