@@ -159,11 +159,8 @@ void hc_pre(const float *h, const float *pre, int64_t T, int32_t hc, int32_t dim
 
 /* rows [b, e) of hc_post, a row being one output copy k of one token t (b = t hc + k); 4
  * channels at a time as in pre_range */
-#if defined(__x86_64__)
-__attribute__((target_clones("avx512f", "default")))
-#endif
-static void post_range(void *ctx, int64_t b, int64_t e) {
-    const hc_job *j = ctx;
+/* rows [b, e) of hc_post, 16 channels at a time; inlined into post_range and its AVX-512 twin */
+static inline __attribute__((always_inline)) void post_rows(const hc_job *j, int64_t b, int64_t e) {
     const int32_t hc = j->hc, dim = j->dim;
     for (int64_t r = b; r < e; r++) {
         const int64_t t = r / hc, k = r % hc;
@@ -186,11 +183,23 @@ static void post_range(void *ctx, int64_t b, int64_t e) {
     }
 }
 
+static void post_range(void *ctx, int64_t b, int64_t e) { post_rows(ctx, b, e); }
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) static void post_range_avx512(void *ctx, int64_t b, int64_t e) {
+    post_rows(ctx, b, e);
+}
+#endif
+
 /* x [T][dim], res [T][hc][dim], post [T][hc], comb [T][hc][hc]
  * -> y [T][hc][dim] = bf16(post[k] * x + sum_j comb[j][k] * res[j]); the sum over j is formed
  * first, as torch.sum does, and only then added to post * x. Rows go over the pool. */
 void hc_post(const float *x, const float *res, const float *post, const float *comb, int64_t T, int32_t hc,
              int32_t dim, float *y) {
     hc_job j = {x, res, post, comb, hc, dim, y};
-    pool_run(T * hc, 2 * hc, post_range, &j); /* a decode step's few rows stay on this thread */
+    pool_fn range = post_range;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) range = post_range_avx512;
+#endif
+    pool_run(T * hc, 2 * hc, range, &j); /* a decode step's few rows stay on this thread */
 }

@@ -115,11 +115,8 @@ uint64_t fixed_int(const char *name, uint64_t i, uint64_t m) { return fixed_raw(
 
 typedef uint32_t u32x16 __attribute__((vector_size(64)));
 
-/* 16 lanes: four SSE2 / NEON registers, or one AVX-512 register in the x86-64 clone */
-#if defined(__x86_64__)
-__attribute__((target_clones("avx512f", "default")))
-#endif
-void bf16_round_n(float *x, int64_t n) {
+/* 16 lanes: four SSE2 / NEON registers, or one AVX-512 register in the x86-64 twin */
+static inline __attribute__((always_inline)) void round_n(float *x, int64_t n) {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         u32x16 b;
@@ -132,4 +129,18 @@ void bf16_round_n(float *x, int64_t n) {
         memcpy(x + i, &r, sizeof r);
     }
     for (; i < n; i++) x[i] = bf16_round(x[i]);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) static void round_n_avx512(float *x, int64_t n) { round_n(x, n); }
+#endif
+
+void bf16_round_n(float *x, int64_t n) {
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) {
+        round_n_avx512(x, n);
+        return;
+    }
+#endif
+    round_n(x, n);
 }
