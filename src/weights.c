@@ -137,12 +137,10 @@ void linear_batch(const linear_item *items, int32_t n) {
         start[i + 1] = start[i] + it->n;
         macs_all += it->n * it->T * w->cols;
     }
-    /* parts cut at equal estimated time, each with at least ~64k multiply-adds so tiny
-     * projections stay on one thread; one per thread, or four per thread for a big job (like the
-     * head in a decode step), so the pool can even out a thread the host slows down while
-     * each part stays large next to what a kernel call prepares */
-    int64_t parts = macs_all / 65536, threads = pool_threads(), most = threads * (macs_all >= (1 << 24) ? 4 : 1);
-    parts = parts < 1 ? 1 : parts > most ? most : parts;
+    /* one part per thread, cut at equal estimated time, each with at least ~64k multiply-adds
+     * so tiny projections stay on one thread */
+    int64_t parts = macs_all / 65536, threads = pool_threads();
+    parts = parts < 1 ? 1 : parts > threads ? threads : parts;
     int64_t *bound = scratch_bytes((size_t)(parts + 1) * sizeof *bound);
     double *cost = scratch_bytes((size_t)n * sizeof *cost), total = 0.0; /* per row of each job */
     for (int32_t i = 0; i < n; i++) {
