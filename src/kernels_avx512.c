@@ -22,7 +22,8 @@
  * Both: inputs outside the exact range (not k/512 with |k| <= 2^21 for fp4, |k| <= 2^18 for
  * fp8) and NaN weight codes hand the whole call to the scalar kernel, which gives the same bits.
  * dense: f32 FMAs, 16 lanes per row and token, reduced once per row (the order of a row's sum
- * does not depend on the tile or the token count, so results do not depend on row splits). */
+ * does not depend on the tile, so results do not depend on row splits); from 16 tokens on, tokens
+ * in the lanes and each row's sum in column order (see "dense, many tokens"). */
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <math.h>
