@@ -214,12 +214,13 @@ typedef union {
     fp8_prep p8;
 } prep_u;
 
-/* 16 inputs as k = 512x; clears *ok when one is not an integer k with |k| <= 2^21 */
-INL __m512i to_k(__m512 v, __mmask16 *ok) {
+/* 16 inputs as k = 512x; clears *ok when one is not an integer k with |k| <= limit (2^21 for
+ * fp4's sums, 2^18 for fp8's) */
+INL __m512i to_k(__m512 v, int32_t limit, __mmask16 *ok) {
     __m512 f = _mm512_mul_ps(v, _mm512_set1_ps(512.0f));
     __m512i k = _mm512_cvtps_epi32(f);
     *ok &= _mm512_cmp_ps_mask(_mm512_cvtepi32_ps(k), f, _CMP_EQ_OQ) &
-           _mm512_cmple_epu32_mask(_mm512_abs_epi32(k), _mm512_set1_epi32(1 << 21));
+           _mm512_cmple_epu32_mask(_mm512_abs_epi32(k), _mm512_set1_epi32(limit));
     return k;
 }
 
@@ -248,8 +249,8 @@ INL int fp4_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0,
                 lo = _mm512_maskz_loadu_ps(mask16(cols - c), xt + c);
                 hi = _mm512_maskz_loadu_ps(mask16(cols - c - 16), xt + c + 16);
             }
-            __m512i ke = to_k(_mm512_permutex2var_ps(lo, ie, hi), &ok);
-            __m512i ko = to_k(_mm512_permutex2var_ps(lo, io, hi), &ok);
+            __m512i ke = to_k(_mm512_permutex2var_ps(lo, ie, hi), 1 << 21, &ok);
+            __m512i ko = to_k(_mm512_permutex2var_ps(lo, io, hi), 1 << 21, &ok);
             to_digits(ke, &p->dig[g][0][16 * q], &p->dig[g][2][16 * q], &p->dig[g][4][16 * q]);
             to_digits(ko, &p->dig[g][1][16 * q], &p->dig[g][3][16 * q], &p->dig[g][5][16 * q]);
             cq[q] = 12 * _mm512_reduce_add_epi32(_mm512_add_epi32(ke, ko));
@@ -380,10 +381,7 @@ INL int fp8_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0,
             for (int q = 0; q < 4; q++) {
                 int64_t c = base + 64 * v + 16 * q;
                 __m512 x = c < cols ? _mm512_maskz_loadu_ps(mask16(cols - c), xt + c) : _mm512_setzero_ps();
-                __m512 f = _mm512_mul_ps(x, _mm512_set1_ps(512.0f));
-                __m512i k = _mm512_cvtps_epi32(f);
-                ok &= _mm512_cmp_ps_mask(_mm512_cvtepi32_ps(k), f, _CMP_EQ_OQ) &
-                      _mm512_cmple_epu32_mask(_mm512_abs_epi32(k), _mm512_set1_epi32(1 << 18));
+                __m512i k = to_k(x, 1 << 18, &ok);
                 to_digits(k, &nat[2][v][16 * q], &nat[1][v][16 * q], &nat[0][v][16 * q]);
                 to_digits(_mm512_sub_epi32(_mm512_setzero_si512(), k), &nat[5][v][16 * q], &nat[4][v][16 * q],
                           &nat[3][v][16 * q]);
@@ -616,12 +614,7 @@ INL void w8_prepare(const float *x, int64_t xstride, int nt, int64_t nc, double 
 INL int w8_inputs_ok(const float *x, int64_t cols, int64_t T, int64_t xstride) {
     __mmask16 ok = 0xFFFF;
     for (int64_t t = 0; t < T; t++)
-        for (int64_t c = 0; c < cols; c += 16) {
-            __m512 f = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask16(cols - c), x + t * xstride + c), _mm512_set1_ps(512.0f));
-            __m512i k = _mm512_cvtps_epi32(f);
-            ok &= _mm512_cmp_ps_mask(_mm512_cvtepi32_ps(k), f, _CMP_EQ_OQ) &
-                  _mm512_cmple_epu32_mask(_mm512_abs_epi32(k), _mm512_set1_epi32(1 << 18));
-        }
+        for (int64_t c = 0; c < cols; c += 16) to_k(_mm512_maskz_loadu_ps(mask16(cols - c), x + t * xstride + c), 1 << 18, &ok);
     return ok == 0xFFFF;
 }
 
@@ -726,7 +719,7 @@ INL int w4_prepare(const float *x, int64_t xstride, const float *xs, int64_t nb,
             for (int e = 0; e < 4; e++) {
                 const int64_t c = 4 * q + e;
                 __m512 v = c < nc ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, off, x + c, 4) : _mm512_setzero_ps();
-                __m512i k = to_k(v, &ok);
+                __m512i k = to_k(v, 1 << 21, &ok);
                 sum = _mm512_add_epi32(sum, k);
                 __m512i k1 = _mm512_srai_epi32(_mm512_add_epi32(k, h), 8);
                 __m512i k2 = _mm512_srai_epi32(_mm512_add_epi32(k1, h), 8);
