@@ -332,7 +332,10 @@ static const int32_t FP8_LANE_BLOCK[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 1
 
 /* Digits of a code's magnitude times 1024, by its low 6 bits: exponent 1..7 gives (8+m) << e,
  * exponent 0 (subnormal) 2m (FP8_LO, FP8_HI); with the high exponent bit set the magnitude is
- * 256 (8+m) << e for the low exponent bits e, whose low byte is FP8_HI_LO and high byte FP8_HI. */
+ * 256 (8+m) << e for the low exponent bits e, whose low byte is FP8_HI_LO and high byte FP8_HI.
+ * The NaN codes (high exponent bit and all low bits set) get 255 in FP8_HI_LO, a middle digit
+ * no finite code has: the tile keeps the largest middle digit it met instead of testing every
+ * code. */
 /* clang-format off */
 static const uint8_t FP8_LO[64] = {
     0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 36, 40, 44, 48, 52, 56, 60, 64, 72, 80, 88, 96,
@@ -341,7 +344,7 @@ static const uint8_t FP8_LO[64] = {
 static const uint8_t FP8_HI_LO[64] = {
     8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 20, 22, 24, 26, 28, 30, 32, 36, 40, 44, 48, 52, 56, 60, 64, 72, 80, 88, 96,
     104, 112, 120, 128, 144, 160, 176, 192, 208, 224, 240, 0, 32, 64, 96, 128, 160, 192, 224, 0, 64, 128, 192, 0, 64,
-    128, 192, 0, 128, 0, 128, 0, 128, 0, 128};
+    128, 192, 0, 128, 0, 128, 0, 128, 0, 255};
 static const uint8_t FP8_HI[64] = {
     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
     0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7};
@@ -406,14 +409,13 @@ INL void fp8_accumulate(float P[RT][16], int64_t nsb, __m128 *acc) {
     __m512i q[4];
     transpose4(_mm512_load_si512(P[0]), _mm512_load_si512(P[1]), _mm512_load_si512(P[2]), _mm512_load_si512(P[3]), q);
     __m128 a = *acc;
-    for (int64_t b = 0; b < nsb; b++) {
-        __m512 v = _mm512_castsi512_ps(q[b >> 2]);
-        switch (b & 3) {
-        case 0: a = _mm_add_ps(a, _mm512_castps512_ps128(v)); break;
-        case 1: a = _mm_add_ps(a, _mm512_extractf32x4_ps(v, 1)); break;
-        case 2: a = _mm_add_ps(a, _mm512_extractf32x4_ps(v, 2)); break;
-        default: a = _mm_add_ps(a, _mm512_extractf32x4_ps(v, 3)); break;
-        }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        const __m512 v = _mm512_castsi512_ps(q[j]);
+        if (4 * j < nsb) a = _mm_add_ps(a, _mm512_castps512_ps128(v));
+        if (4 * j + 1 < nsb) a = _mm_add_ps(a, _mm512_extractf32x4_ps(v, 1));
+        if (4 * j + 2 < nsb) a = _mm_add_ps(a, _mm512_extractf32x4_ps(v, 2));
+        if (4 * j + 3 < nsb) a = _mm_add_ps(a, _mm512_extractf32x4_ps(v, 3));
     }
     *acc = a;
 }
@@ -421,27 +423,32 @@ INL void fp8_accumulate(float P[RT][16], int64_t nsb, __m128 *acc) {
 /* One tile over a chunk: rp[i] at the chunk's first byte of row i, `bytes` of it valid, nblk
  * blocks; sp[i] at row i's scale of the chunk's first block; nt (1 to 4) tokens. Returns 0 if
  * it met a NaN code. One token keeps a separate sum per digit pair (short dependency chains);
- * more keep one per digit order. */
+ * more keep one per digit order. The rows go one after the other, each over the whole chunk,
+ * so the tile reads its bytes in memory order (one stream per page for the prefetchers, where
+ * superblock-major order interleaved the rows); every superblock's partials wait in P until
+ * the blocks are added in order. */
 INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_t nblk, const uint8_t *const sp[RT],
                  const prep_u *pp, const int nt, __m128 acc[TT]) {
     const __m512i lo = _mm512_loadu_si512(FP8_LO), hilo = _mm512_loadu_si512(FP8_HI_LO),
                   hi = _mm512_loadu_si512(FP8_HI);
-    const __m512i hb = _mm512_set1_epi8((char)0x80), e3bit = _mm512_set1_epi8(0x40);
-    __m512i nan = _mm512_setzero_si512();
-    for (int64_t sb = 0; sb < (nblk + 15) / 16; sb++) {
-        _Alignas(64) float P[TT][RT][16];
-        const int64_t nsb = imin(16, nblk - 16 * sb);
-        const int full = 512 * (sb + 1) <= bytes;
-        for (int i = 0; i < RT; i++) {
+    const __m512i e3bit = _mm512_set1_epi8(0x40);
+    __m512i nan = _mm512_setzero_si512(); /* the largest middle digit: 255 only for a NaN code */
+    const int64_t nsbs = (nblk + 15) / 16;
+    _Alignas(64) float P[FP8V_CHUNK / 16][TT][RT][16];
+    __m512 ws[FP8V_CHUNK / 16];
+    for (int i = 0; i < RT; i++)
+        for (int64_t sb = 0; sb < nsbs; sb++) {
+            const int64_t nsb = imin(16, nblk - 16 * sb);
+            const int full = 512 * (sb + 1) <= bytes;
             __m512i z[8], u[8], A[TT][9];
             const uint8_t *row = rp[i] + 512 * sb;
+            if (full)
 #pragma GCC unroll 8
-            for (int v = 0; v < 8; v++) {
-                _mm_prefetch((const char *)(row + 64 * v + pfd), _MM_HINT_T0);
-                z[v] = full ? _mm512_loadu_si512(row + 64 * v)
-                            : _mm512_maskz_loadu_epi8(mask64(bytes - 512 * sb - 64 * v), row + 64 * v);
-                nan = _mm512_max_epu8(nan, _mm512_or_si512(z[v], hb));
-            }
+                for (int v = 0; v < 8; v++) z[v] = _mm512_loadu_si512(row + 64 * v);
+            else
+                for (int v = 0; v < 8; v++) z[v] = _mm512_maskz_loadu_epi8(mask64(bytes - 512 * sb - 64 * v), row + 64 * v);
+#pragma GCC unroll 8
+            for (int v = 0; v < 8; v++) _mm_prefetch((const char *)(row + 64 * v + pfd), _MM_HINT_T0);
             fp8_transpose(z, u);
 #pragma GCC unroll 4
             for (int t = 0; t < nt; t++)
@@ -453,6 +460,7 @@ INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_
                 const __m512i h = _mm512_permutexvar_epi8(u[s], hi);
                 const __m512i d[3] = {_mm512_maskz_permutexvar_epi8(~e3, u[s], lo),
                                       _mm512_mask_permutexvar_epi8(h, e3, u[s], hilo), _mm512_maskz_mov_epi8(e3, h)};
+                nan = _mm512_max_epu8(nan, d[1]);
 #pragma GCC unroll 4
                 for (int t = 0; t < nt; t++) {
                     const int8_t(*X)[64] = pp[t].p8.x[sb][s];
@@ -469,8 +477,9 @@ INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_
                         }
                 }
             }
-            const __m512 ws = e8m0_ps(_mm512_permutexvar_epi32(
-                _mm512_loadu_si512(FP8_LANE_BLOCK), _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask16(nsb), sp[i] + 16 * sb))));
+            if (i == 0 || sp[i] != sp[i - 1]) /* rows of one 32-row scale block share it */
+                ws[sb] = e8m0_ps(_mm512_permutexvar_epi32(_mm512_loadu_si512(FP8_LANE_BLOCK),
+                                                      _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask16(nsb), sp[i] + 16 * sb))));
 #pragma GCC unroll 4
             for (int t = 0; t < nt; t++) {
                 __m512i g[5];
@@ -494,12 +503,12 @@ INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_
                                              _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(l, 1)));
                 __m512 part = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(v0)), _mm512_cvtpd_ps(v1), 1);
                 part = _mm512_mul_ps(part, _mm512_set1_ps(0x1p-19f)); /* exact: the integer sum is at least 1 */
-                _mm512_store_ps(P[t][i], _mm512_mul_ps(_mm512_mul_ps(part, _mm512_load_ps(pp[t].p8.xs[sb])), ws));
+                _mm512_store_ps(P[sb][t][i], _mm512_mul_ps(_mm512_mul_ps(part, _mm512_load_ps(pp[t].p8.xs[sb])), ws[sb]));
             }
         }
+    for (int64_t sb = 0; sb < nsbs; sb++)
 #pragma GCC unroll 4
-        for (int t = 0; t < nt; t++) fp8_accumulate(P[t], nsb, &acc[t]);
-    }
+        for (int t = 0; t < nt; t++) fp8_accumulate(P[sb][t], imin(16, nblk - 16 * sb), &acc[t]);
     return _mm512_cmpeq_epi8_mask(nan, _mm512_set1_epi8((char)0xFF)) == 0;
 }
 

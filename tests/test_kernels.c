@@ -234,6 +234,9 @@ static void test_outside_at(const kernel_set *k, int64_t T) {
     ((uint8_t *)w8.data)[5 * cols + 70] = 0x7F;
     check_case(k, &w8, 1, T, q, xs, cols, "e4m3 with a NaN code");
     check_case(k, &w8, 0, T, x, NULL, cols, "e4m3 with a NaN code");
+    ((uint8_t *)w8.data)[5 * cols + 70] = 0x3F; /* the largest finite code's low bits, no NaN */
+    ((uint8_t *)w8.data)[(rows - 1) * cols + cols - 1] = 0xFF;
+    check_case(k, &w8, 1, T, q, xs, cols, "e4m3 with a negative NaN code");
     ((uint8_t *)w4.scale)[4 * nb + 1] = 255;
     check_case(k, &w4, 1, T, q, xs, cols, "fp4 with a NaN scale");
     /* an input scale far below any act_quant gives (the wide fp4 path folds 2^-10 into it) */
