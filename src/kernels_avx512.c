@@ -854,10 +854,14 @@ TGT static int w4_quant(const weight *w, int64_t r0, int64_t r1, const float *x,
  * order differs from the few-token tiles, which is within the dense contract: a fast kernel's
  * order is its own, the same whatever the row split.) Inputs of WD_COLS columns for 32 tokens
  * are laid out [column][token] (32 KB, in L1); 8 rows at a time pass over them, their running
- * sums kept in acc [row][token] between chunks. */
+ * sums kept in acc [row][token] between chunks. Each thread lays out all the tokens' inputs for
+ * its rows, so a matrix of few rows (mHC's 24-row mix projection) gets little work per input
+ * laid out and stays with the tiles. */
 
 enum {
-    WD_MIN_T = 16,   /* tokens from which dense takes this path */
+    WD_MIN_T = 16,    /* tokens from which dense takes this path */
+    WD_MIN_ROWS = 32, /* and rows of the matrix (not of the thread's share: the choice must not
+                         depend on the split) */
     WD_COLS = 256,   /* columns per chunk */
     WD_ROWS = 512,   /* rows per row block */
     WD_TOKENS = 32,  /* tokens per pass: 2 vectors of 16 */
@@ -1019,10 +1023,12 @@ INL int fp8_usable(void) { return 1; } /* integers and exact f64: no denormal on
 #define FP4_GROUP 64
 #include "kernels_drivers.h"
 
-/* many tokens: lanes hold tokens; otherwise (or when it declines) the tiles */
+/* many tokens of a matrix with enough rows: lanes hold tokens; otherwise (or when it declines)
+ * the tiles */
 TGT static void avx512_dense(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
                              int64_t xstride, float *y, int64_t ystride) {
-    if (T >= WD_MIN_T && w->cols > 0 && wd_dense(w, r0, r1, x, T, xstride, y, ystride)) return;
+    if (T >= WD_MIN_T && w->rows >= WD_MIN_ROWS && w->cols > 0 && wd_dense(w, r0, r1, x, T, xstride, y, ystride))
+        return;
     avx512_dense_tiles(w, r0, r1, x, xs, T, xstride, y, ystride);
 }
 
