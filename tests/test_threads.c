@@ -1,6 +1,7 @@
 /* test_threads.c - results do not depend on the thread count: a model big enough that every
  * projection is split across threads gives the same logits bit for bit at 1, 2 and 3 threads,
- * for a prefill and the decode steps after it; and the golden still passes at 3 threads. */
+ * for prefills short and long (the many-token kernels) and the decode steps after each, and a
+ * projection's raw f32 sums at several token counts; and the golden still passes at 3 threads. */
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -8,18 +9,60 @@
 #include "golden.h"
 #include "testing.h"
 
+/* the prefills: below and above the 16 tokens from which kernels put tokens in lanes */
+static const int32_t PREFILL[] = {9, 40, 70};
+enum { RUNS = 3, LONG = 70 };
+
+/* logits [RUNS][4][V]: each prefill into a fresh session, its last token's logits and 3 decode
+ * steps' */
 static float *run(const dsv41_model *m, int32_t threads) {
     dsv41_set_threads(threads);
-    int32_t V = dsv41_model_vocab_size(m), ids[9] = {5, 17, 200, 3, 99, 42, 7, 250, 11};
-    float *out = malloc((size_t)(4 * V) * sizeof *out);
-    dsv41_session *s = dsv41_session_new(m);
-    dsv41_session_forward(s, ids, 9, out, NULL);
-    for (int i = 1; i < 4; i++) dsv41_session_forward(s, &ids[i], 1, out + i * V, NULL);
-    dsv41_session_free(s);
+    int32_t V = dsv41_model_vocab_size(m), ids[LONG];
+    for (int i = 0; i < LONG; i++) ids[i] = (i * 37 + 5) % V;
+    float *out = malloc((size_t)(RUNS * 4 * V) * sizeof *out);
+    for (int run = 0; run < RUNS; run++) {
+        dsv41_session *s = dsv41_session_new(m);
+        float *o = out + 4 * run * V;
+        dsv41_session_forward(s, ids, PREFILL[run], o, NULL);
+        for (int i = 1; i < 4; i++) dsv41_session_forward(s, &ids[i], 1, o + i * V, NULL);
+        dsv41_session_free(s);
+    }
     return out;
 }
 
+/* linear() of an f32 weight (raw f32 sums, nothing rounded away) at T tokens with `threads`
+ * threads */
+static float *linear_at(const weight *w, const float *x, int64_t T, int32_t threads) {
+    dsv41_set_threads(threads);
+    float *y = malloc((size_t)(T * w->rows) * sizeof *y);
+    linear(w, x, T, y);
+    return y;
+}
+
+static void test_linear_split(void) {
+    enum { ROWS = 64, COLS = 300, MAXT = 100 };
+    float *wd = malloc(ROWS * COLS * sizeof *wd), *x = malloc(MAXT * COLS * sizeof *x);
+    uint32_t r = 12345;
+    for (int i = 0; i < ROWS * COLS; i++) wd[i] = (float)((r = r * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    for (int i = 0; i < MAXT * COLS; i++) x[i] = (float)((r = r * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    weight w = {.type = DT_F32, .mode = AS_STORED, .rows = ROWS, .cols = COLS, .data = wd};
+    const int64_t Ts[] = {9, 40, 70, 100};
+    for (size_t k = 0; k < sizeof Ts / sizeof *Ts; k++) {
+        float *one = linear_at(&w, x, Ts[k], 1);
+        for (int32_t t = 2; t <= 3; t++) {
+            float *y = linear_at(&w, x, Ts[k], t);
+            CHECK(!memcmp(one, y, (size_t)(Ts[k] * ROWS) * sizeof *y), "linear at T=%lld: %d threads give 1 thread's bits",
+                  (long long)Ts[k], t);
+            free(y);
+        }
+        free(one);
+    }
+    free(wd);
+    free(x);
+}
+
 int main(void) {
+    test_linear_split();
     char dir[] = "/tmp/dsv41-threads-XXXXXX", cfg[300], model[300];
     CHECK(mkdtemp(dir) != NULL, "temporary directory");
     snprintf(cfg, sizeof cfg, "%s/cfg.json", dir);
@@ -35,7 +78,7 @@ int main(void) {
                "\"engram_max_ngram_size\": 3, \"engram_vocab_size\": 1000, \"engram_n_heads\": 2, \"engram_head_dim\": 64,"
                "\"engram_pad_id\": 2, \"engram_compressed_vocab_size\": 512, \"engram_num_embeddings\": [4062],"
                "\"rope_theta\": 10000, \"compress_rope_theta\": 40000, \"rope_factor\": 2, \"original_seq_len\": 16,"
-               "\"beta_fast\": 32, \"beta_slow\": 1, \"norm_eps\": 1e-20, \"gate_temp\": 1.0, \"max_seq_len\": 64}\n");
+               "\"beta_fast\": 32, \"beta_slow\": 1, \"norm_eps\": 1e-20, \"gate_temp\": 1.0, \"max_seq_len\": 128}\n");
     fclose(f);
     pid_t pid = fork(); /* a child writes the checkpoint, so this process starts with its default pool */
     if (pid == 0) _exit(dsv41_synth(cfg, "fp8", model) ? (fprintf(stderr, "%s\n", dsv41_error()), 1) : 0);
@@ -45,7 +88,7 @@ int main(void) {
     dsv41_model *m = dsv41_model_load(model);
     CHECK(m != NULL, "load it: %s", m ? "" : dsv41_error());
     if (m) {
-        size_t n = (size_t)(4 * dsv41_model_vocab_size(m)) * sizeof(float);
+        size_t n = (size_t)(RUNS * 4 * dsv41_model_vocab_size(m)) * sizeof(float);
         float *one = run(m, 1), *two = run(m, 2), *three = run(m, 3);
         CHECK(!memcmp(one, two, n), "1 and 2 threads give the same logits bit for bit");
         CHECK(!memcmp(one, three, n), "1 and 3 threads give the same logits bit for bit");
