@@ -2,6 +2,7 @@
  * condition variable between jobs, and the caller works on the job too. */
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "model.h"
@@ -36,9 +37,12 @@ static void run_ranges(void) {
 }
 
 /* A decode step calls the pool a few hundred times with microseconds of serial work between
- * calls; sleeping on the condition variable every time costs more than the work itself on a
- * virtual machine, so both sides spin for a while before they block. */
-#define SPINS 20000
+ * calls, and a prefill has stretches of a few milliseconds on one thread (routing, the Engram
+ * hashes); waking a blocked worker costs a few hundred microseconds on a virtual machine, which
+ * the other thread spends waiting at the end of the next job. So both sides spin for a while,
+ * measured in time (a pause takes 16 ns on one CPU and 140 cycles on another), before they
+ * block. */
+#define SPIN_NS 5000000
 
 static inline void relax(void) {
 #if defined(__x86_64__)
@@ -48,12 +52,34 @@ static inline void relax(void) {
 #endif
 }
 
+static int64_t mono_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static int generation_moved(uint64_t seen) { return __atomic_load_n(&P.generation, __ATOMIC_ACQUIRE) != seen; }
+static int workers_done(uint64_t unused) { return (void)unused, __atomic_load_n(&P.pending, __ATOMIC_ACQUIRE) <= 0; }
+
+/* Spins until done(arg) or for SPIN_NS; returns done(arg). */
+static int spin_until(int (*done)(uint64_t), uint64_t arg) {
+    int64_t until = 0;
+    for (int i = 0; !done(arg); i++) {
+        relax();
+        if ((i & 255) == 255) { /* the clock costs about a pause: read it now and then */
+            int64_t t = mono_ns();
+            if (!until) until = t + SPIN_NS;
+            else if (t > until) return done(arg);
+        }
+    }
+    return 1;
+}
+
 static void *worker(void *arg) {
     int32_t id = (int32_t)(intptr_t)arg;
     uint64_t seen = 0;
     for (;;) {
-        for (int i = 0; i < SPINS && __atomic_load_n(&P.generation, __ATOMIC_ACQUIRE) == seen; i++) relax();
-        if (__atomic_load_n(&P.generation, __ATOMIC_ACQUIRE) == seen) {
+        if (!spin_until(generation_moved, seen)) {
             pthread_mutex_lock(&P.mu);
             P.sleepers++;
             while (P.generation == seen) pthread_cond_wait(&P.work, &P.mu);
@@ -111,8 +137,7 @@ void pool_run(int64_t n, int64_t min_per_thread, pool_fn fn, void *ctx) {
     if (P.sleepers) pthread_cond_broadcast(&P.work);
     pthread_mutex_unlock(&P.mu);
     run_ranges();
-    for (int i = 0; i < SPINS && __atomic_load_n(&P.pending, __ATOMIC_ACQUIRE) > 0; i++) relax();
-    if (__atomic_load_n(&P.pending, __ATOMIC_ACQUIRE) > 0) {
+    if (!spin_until(workers_done, 0)) {
         pthread_mutex_lock(&P.mu);
         while (__atomic_load_n(&P.pending, __ATOMIC_ACQUIRE) > 0) pthread_cond_wait(&P.done, &P.mu);
         pthread_mutex_unlock(&P.mu);
