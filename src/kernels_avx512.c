@@ -862,10 +862,10 @@ enum {
     WD_MIN_T = 16,    /* tokens from which dense takes this path */
     WD_MIN_ROWS = 32, /* and rows of the matrix (not of the thread's share: the choice must not
                          depend on the split) */
-    WD_COLS = 256,   /* columns per chunk */
-    WD_ROWS = 512,   /* rows per row block */
-    WD_TOKENS = 32,  /* tokens per pass: 2 vectors of 16 */
-    WD_RT = 8,       /* rows per tile */
+    WD_COLS = 256,    /* columns per chunk */
+    WD_ROWS = 512,    /* rows per row block */
+    WD_TOKENS = 32,   /* tokens per pass: 2 vectors of 16 */
+    WD_RT = 8,        /* rows per tile */
 };
 
 /* X [WD_COLS][WD_TOKENS] = nc columns of nt tokens (x at the first token's first column) */
