@@ -691,53 +691,69 @@ TGT static int w8_quant(const weight *w, int64_t r0, int64_t r1, const float *x,
 
 /* ================================================================ quant, fp4, many tokens
  *
- * The same integer sums as the fp4 tiles (weight bytes 2w+12 by VBMI lookup, inputs k = 512x
- * as three signed base-256 digits, 12 sum(k) taken off) but with lanes holding 16 tokens: the
- * 4 weight bytes of 4 consecutive columns are broadcast to every lane, and each lane's input
- * dword holds one digit of those 4 columns for its token, so one VNNI product makes 64
- * multiply-adds with no horizontal sum, and a block's three digit sums join per lane. Per
- * token and block, 12 sum(k) is prepared once and starts the low digit's sum.
+ * The integer sums of the fp4 tiles (weight bytes 2w+12 by VBMI lookup, 12 sum(k) taken off)
+ * with lanes holding 16 tokens: the 4 weight bytes of 4 consecutive columns are broadcast to
+ * every lane, and each lane's input dword holds one digit of those 4 columns for its token, so
+ * one VNNI product makes 64 multiply-adds with no horizontal sum.
  *
- * Inputs of a chunk of W4_COLS columns for 16 tokens are laid out [quad][digit][token][4]
- * (24 KB, in L1); rows pass over them 4 at a time, their running f32 sums kept in acc
- * [row][token] until the row block is done. */
+ * The inputs are e4m3 values, k = 512x with |k| <= 448 * 512 = 7 * 2^15: 18 bits, three
+ * base-256 digits. But k has at most 4 significant bits, and only inputs below 2^-6 (tiny next
+ * to the 448 their block is scaled to) have any of them in its low 3 bits. So k is split as
+ * 8 k' + r with r = k mod 8 in [-4, 3] and k' in two signed base-256 digits: two products per
+ * column quad, and a third (of the r bytes) only for the quads where some token's r is not 0,
+ * which a per-block mask lists. That takes a third of the VNNI work off, which bounds this
+ * loop. A block's sum is (A1 << 11) + (A0 << 3) + Ar, the -12 sum(k) starting Ar; every part
+ * stays below 2^31 (|A1| <= 32 * 24 * 113).
+ *
+ * Inputs of a chunk of W4_COLS columns for 16 tokens are laid out [quad][digit][token][4] with
+ * the r bytes [quad][token][4] beside them (24 KB, in L1); rows pass over them 4 at a time,
+ * their running f32 sums kept in acc [row][token] until the row block is done. */
 
 enum {
     W4_MIN_T = 8,    /* tokens from which fp4 takes this path */
     W4_COLS = 512,   /* columns per chunk of prepared inputs */
     W4_ROWS = 512,   /* rows per row block */
     W4_TOKENS = 16,  /* tokens per pass: the 16 dword lanes */
+    W4_K_MAX = 448 * 512, /* the largest |k| an e4m3 input gives */
 };
 
 /* Prepares nc columns of nt tokens (x at the first token's first column): D [quad][digit]
- * [token][4] digit bytes (high digit first), corr [block][token] = -12 sum(k), xsv [block]
- * [token] the input scales times 2^-10 (xs at the first token's chunk scales, nb per token).
- * Returns 0 when an input is not k/512 with |k| <= 2^21 or a scale is below 2^-116. */
+ * [token][4] the digit bytes of k' (high digit first), R [quad][token][4] the bytes of r,
+ * rq [block] the mask of the block's quads with some r not 0, corr [block][token] = -12 sum(k),
+ * xsv [block][token] the input scales times 2^-10 (xs at the first token's chunk scales, nb per
+ * token). Returns 0 when an input is not k/512 with |k| <= W4_K_MAX or a scale is below 2^-116. */
 INL int w4_prepare(const float *x, int64_t xstride, const float *xs, int64_t nb, int nt, int64_t nc, int8_t *D,
-                   int32_t *corr, float *xsv) {
+                   int8_t *R, uint8_t *rq, int32_t *corr, float *xsv) {
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i off = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)xstride));
     const __mmask16 m = (__mmask16)(nt >= 16 ? 0xFFFF : (1u << nt) - 1);
-    const __m512i ff = _mm512_set1_epi32(255), h = _mm512_set1_epi32(128);
+    const __m512i ff = _mm512_set1_epi32(255), h = _mm512_set1_epi32(128), four = _mm512_set1_epi32(4),
+                  seven = _mm512_set1_epi32(7);
     __mmask16 ok = 0xFFFF;
     int small = 0;
     for (int64_t b = 0; b < (nc + 31) / 32; b++) {
         __m512i sum = _mm512_setzero_si512();
+        unsigned mask = 0;
         for (int64_t q = 8 * b; q < 8 * b + 8; q++) {
-            __m512i d[3] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+            __m512i hi = _mm512_setzero_si512(), lo = _mm512_setzero_si512(), rb = _mm512_setzero_si512();
             for (int e = 0; e < 4; e++) {
                 const int64_t c = 4 * q + e;
                 __m512 v = c < nc ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, off, x + c, 4) : _mm512_setzero_ps();
-                __m512i k = to_k(v, 1 << 21, &ok);
+                __m512i k = to_k(v, W4_K_MAX, &ok);
                 sum = _mm512_add_epi32(sum, k);
-                __m512i k1 = _mm512_srai_epi32(_mm512_add_epi32(k, h), 8);
-                __m512i k2 = _mm512_srai_epi32(_mm512_add_epi32(k1, h), 8);
-                d[0] = _mm512_or_si512(d[0], _mm512_slli_epi32(_mm512_and_si512(k2, ff), 8 * e));
-                d[1] = _mm512_or_si512(d[1], _mm512_slli_epi32(_mm512_and_si512(_mm512_sub_epi32(k1, _mm512_slli_epi32(k2, 8)), ff), 8 * e));
-                d[2] = _mm512_or_si512(d[2], _mm512_slli_epi32(_mm512_and_si512(_mm512_sub_epi32(k, _mm512_slli_epi32(k1, 8)), ff), 8 * e));
+                __m512i r = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(k, four), seven), four);
+                __m512i k1 = _mm512_srai_epi32(_mm512_sub_epi32(k, r), 3);
+                /* k1 = 256 d1 + d0, d0 in [-128, 127]: d0's byte is k1's low byte */
+                hi = _mm512_or_si512(hi, _mm512_slli_epi32(_mm512_and_si512(_mm512_srai_epi32(_mm512_add_epi32(k1, h), 8), ff), 8 * e));
+                lo = _mm512_or_si512(lo, _mm512_slli_epi32(_mm512_and_si512(k1, ff), 8 * e));
+                rb = _mm512_or_si512(rb, _mm512_slli_epi32(_mm512_and_si512(r, ff), 8 * e));
             }
-            for (int g = 0; g < 3; g++) _mm512_store_si512(D + (q * 3 + g) * 64, d[g]);
+            _mm512_store_si512(D + (q * 2) * 64, hi);
+            _mm512_store_si512(D + (q * 2 + 1) * 64, lo);
+            _mm512_store_si512(R + q * 64, rb);
+            mask |= (unsigned)(_mm512_test_epi32_mask(rb, rb) != 0) << (q - 8 * b);
         }
+        rq[b] = (uint8_t)mask;
         _mm512_store_si512(corr + 16 * b, _mm512_mullo_epi32(sum, _mm512_set1_epi32(-12)));
         for (int t = 0; t < W4_TOKENS; t++) {
             /* the 2^-10 that turns the integer sum into the block's sum rides on the input scale:
@@ -752,8 +768,8 @@ INL int w4_prepare(const float *x, int64_t xstride, const float *xs, int64_t nb,
 
 /* One tile: 4 rows of weight bytes wb[i] (2w+12 in column order, W4_COLS each), nblk blocks;
  * adds each block's scaled product to acc rows in order. */
-INL void w4_tile(const uint8_t wb[RT][W4_COLS], const int8_t *D, const int32_t *corr, const float *xsv,
-                 const float ws[RT][16], int nblk, float *acc[RT]) {
+INL void w4_tile(const uint8_t wb[RT][W4_COLS], const int8_t *D, const int8_t *R, const uint8_t *rq,
+                 const int32_t *corr, const float *xsv, const float ws[RT][16], int nblk, float *acc[RT]) {
     for (int b = 0; b < nblk; b++) {
         __m512i a[RT][3];
         const __m512i c = _mm512_load_si512(corr + 16 * b);
@@ -763,25 +779,33 @@ INL void w4_tile(const uint8_t wb[RT][W4_COLS], const int8_t *D, const int32_t *
             a[i][1] = _mm512_setzero_si512();
             a[i][2] = c;
         }
-        const int8_t *Db = D + b * 8 * 3 * 64;
+        const int8_t *Db = D + b * 8 * 2 * 64;
 #pragma GCC unroll 8
         for (int q = 0; q < 8; q++) { /* constant trip count: fully unrolled */
-            const __m512i d0 = _mm512_load_si512(Db + (q * 3) * 64), d1 = _mm512_load_si512(Db + (q * 3 + 1) * 64),
-                          d2 = _mm512_load_si512(Db + (q * 3 + 2) * 64);
+            const __m512i d1 = _mm512_load_si512(Db + (q * 2) * 64), d0 = _mm512_load_si512(Db + (q * 2 + 1) * 64);
 #pragma GCC unroll 4
             for (int i = 0; i < RT; i++) {
                 int32_t w4;
                 memcpy(&w4, wb[i] + 32 * b + 4 * q, 4);
                 const __m512i wv = _mm512_set1_epi32(w4);
-                a[i][0] = _mm512_dpbusd_epi32(a[i][0], wv, d0);
-                a[i][1] = _mm512_dpbusd_epi32(a[i][1], wv, d1);
-                a[i][2] = _mm512_dpbusd_epi32(a[i][2], wv, d2);
+                a[i][0] = _mm512_dpbusd_epi32(a[i][0], wv, d1);
+                a[i][1] = _mm512_dpbusd_epi32(a[i][1], wv, d0);
+            }
+        }
+        for (unsigned mq = rq[b]; mq; mq &= mq - 1) {
+            const int q = __builtin_ctz(mq);
+            const __m512i r = _mm512_load_si512(R + (8 * b + q) * 64);
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) {
+                int32_t w4;
+                memcpy(&w4, wb[i] + 32 * b + 4 * q, 4);
+                a[i][2] = _mm512_dpbusd_epi32(a[i][2], _mm512_set1_epi32(w4), r);
             }
         }
         const __m512 xv = _mm512_load_ps(xsv + 16 * b);
 #pragma GCC unroll 4
         for (int i = 0; i < RT; i++) {
-            __m512i u = _mm512_add_epi32(_mm512_slli_epi32(_mm512_add_epi32(_mm512_slli_epi32(a[i][0], 8), a[i][1]), 8), a[i][2]);
+            __m512i u = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(a[i][0], 11), _mm512_slli_epi32(a[i][1], 3)), a[i][2]);
             __m512 p = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(u), xv), _mm512_set1_ps(ws[i][b]));
             _mm512_store_ps(acc[i], _mm512_add_ps(_mm512_load_ps(acc[i]), p));
         }
@@ -793,7 +817,8 @@ INL void w4_tile(const uint8_t wb[RT][W4_COLS], const int8_t *D, const int32_t *
 TGT static int w4_quant(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
                         int64_t xstride, float *y, int64_t ystride) {
     const int64_t cols = w->cols, nb = (cols + 31) / 32, rowbytes = (cols + 1) / 2;
-    _Alignas(64) int8_t D[W4_COLS / 4 * 3 * 64];
+    _Alignas(64) int8_t D[W4_COLS / 4 * 2 * 64], R[W4_COLS / 4 * 64];
+    _Alignas(64) uint8_t rq[W4_COLS / 32];
     _Alignas(64) int32_t corr[W4_COLS / 32 * 16];
     _Alignas(64) float xsv[W4_COLS / 32 * 16];
     _Alignas(64) float acc[W4_ROWS][W4_TOKENS];
@@ -816,7 +841,7 @@ TGT static int w4_quant(const weight *w, int64_t r0, int64_t r1, const float *x,
             for (int64_t c0 = 0; c0 < cols; c0 += W4_COLS) {
                 const int64_t nc = imin(W4_COLS, cols - c0), bytes = imin(W4_COLS / 2, rowbytes - c0 / 2);
                 const int nblk = (int)((nc + 31) / 32);
-                if (!w4_prepare(x + t0 * xstride + c0, xstride, xs + t0 * nb + c0 / 32, nb, nt, nc, D, corr, xsv))
+                if (!w4_prepare(x + t0 * xstride + c0, xstride, xs + t0 * nb + c0 / 32, nb, nt, nc, D, R, rq, corr, xsv))
                     return 0;
                 for (int64_t r = rb; r < rb1; r += RT) {
                     const int nr = (int)imin(RT, rb1 - r);
@@ -837,7 +862,7 @@ TGT static int w4_quant(const weight *w, int64_t r0, int64_t r1, const float *x,
                     }
                     float spare[W4_TOKENS] __attribute__((aligned(64)));
                     for (int i = nr; i < RT; i++) ap[i] = spare;
-                    w4_tile(wb, D, corr, xsv, ws, nblk, ap);
+                    w4_tile(wb, D, R, rq, corr, xsv, ws, nblk, ap);
                 }
             }
             store_transposed(&acc[0][0], rb1 - rb, W4_TOKENS, nt, y + t0 * ystride + (rb - r0), ystride);
