@@ -171,7 +171,8 @@ static void check_case(const kernel_set *k, const weight *w, int quant, int64_t 
 static void test_set(const kernel_set *k) {
     static const int64_t shapes[][2] = {{1, 1},  {1, 7},   {3, 31},  {5, 32},   {2, 33},    {7, 63},   {9, 64},
                                         {6, 65}, {11, 96}, {13, 127}, {4, 128}, {17, 129},  {5, 200},  {33, 255},
-                                        {19, 513}, {8, 1000}, {6, 2080}, {5, 4130}, {3, 8200}, {70, 96}, {3, 0}, {37, 8200}, {530, 160}};
+                                        {19, 513}, {8, 1000}, {6, 2080}, {5, 4130}, {3, 8200}, {70, 96}, {3, 0}, {37, 8200}, {530, 160},
+                                        {2100, 40}};
     static const int64_t Ts[] = {1, 2, 3, 7, 13, 64};
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         const int64_t rows = shapes[s][0], cols = shapes[s][1], nb = (cols + 31) / 32;
