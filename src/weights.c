@@ -118,24 +118,41 @@ void linear_batch(const linear_item *items, int32_t n) {
         int quant = (w->type == DT_E4M3 || w->type == DT_FP4) && w->mode == AS_STORED;
         jobs[i] = (linear_job){w, quant ? k->quant : k->dense, it->row0, it->n, it->T, it->xstride, it->x, NULL, it->y,
                                !(w->mode == AS_F32 || (w->type == DT_F32 && w->mode == AS_STORED))};
-        if (quant) { /* the activation is quantized once, before the rows are split */
-            const linear_job *prev = i > 0 ? &jobs[i - 1] : NULL;
-            int64_t nb = (w->cols + 31) / 32;
-            if (prev && prev->xs && items[i - 1].x == it->x && items[i - 1].T == it->T &&
-                items[i - 1].xstride == it->xstride && prev->w->cols == w->cols) {
-                jobs[i].x = prev->x; /* the same input as the previous job's (w1 and w3) */
-                jobs[i].xs = prev->xs;
-            } else {
-                float *q = scratch_f32(it->T * w->cols), *sc = scratch_f32(it->T * nb);
-                quant_job qj = {k->act_quant, it->x, it->xstride, w->cols, q, sc};
-                pool_run(it->T, 16, quant_range, &qj);
-                jobs[i].x = q;
-                jobs[i].xs = sc;
-            }
-            jobs[i].xstride = w->cols;
-        }
         start[i + 1] = start[i] + it->n;
         macs_all += it->n * it->T * w->cols;
+    }
+    /* The activations are quantized once, before the rows are split: a job with the previous
+     * one's input (w1 and w3) shares its quantization, and a run of jobs whose inputs lie end to
+     * end in one matrix (an MoE's experts over their picks) is quantized as one pool job. */
+    for (int32_t i = 0, e; i < n; i = e) {
+        const linear_item *it = &items[i];
+        const weight *w = it->w;
+        const int64_t cols = w->cols, nb = (cols + 31) / 32;
+        e = i + 1;
+        if (jobs[i].fn != k->quant) continue;
+        if (i > 0 && jobs[i - 1].xs && items[i - 1].x == it->x && items[i - 1].T == it->T &&
+            items[i - 1].xstride == it->xstride && jobs[i - 1].w->cols == cols) {
+            jobs[i].x = jobs[i - 1].x; /* the same input as the previous job's (w1 and w3) */
+            jobs[i].xs = jobs[i - 1].xs;
+            jobs[i].xstride = cols;
+            continue;
+        }
+        int64_t rows = it->T; /* activation rows quantized together */
+        if (it->xstride == cols)
+            for (; e < n && jobs[e].fn == k->quant && items[e].w->cols == cols && items[e].xstride == cols; e++) {
+                if (items[e].x == items[e - 1].x && items[e].T == items[e - 1].T) continue;
+                if (items[e].x != it->x + rows * cols) break;
+                rows += items[e].T;
+            }
+        float *q = scratch_f32(rows * cols), *sc = scratch_f32(rows * nb);
+        quant_job qj = {k->act_quant, it->x, it->xstride, cols, q, sc};
+        pool_run(rows, 16, quant_range, &qj);
+        for (int32_t j = i; j < e; j++) {
+            int64_t off = (items[j].x - it->x) / (it->xstride > 0 ? it->xstride : 1);
+            jobs[j].x = q + off * cols;
+            jobs[j].xs = sc + off * nb;
+            jobs[j].xstride = cols;
+        }
     }
     /* one part per thread, cut at equal estimated time, each with at least ~64k multiply-adds
      * so tiny projections stay on one thread */
