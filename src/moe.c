@@ -136,6 +136,31 @@ static void scatter_range(void *ctx, int64_t b, int64_t e) {
         for (int32_t d = d0; d < d1; d++) j->acc[j->rows[i] * (int64_t)j->dim + d] += j->ys[i * j->dim + d];
 }
 
+typedef struct {
+    float *dst;
+    const float *src;
+    const int32_t *rows;
+    int32_t dim;
+} gather_job;
+
+/* dst rows [b, e) = src rows rows[b..e) */
+static void gather_range(void *ctx, int64_t b, int64_t e) {
+    const gather_job *j = ctx;
+    for (int64_t i = b; i < e; i++) memcpy(j->dst + i * j->dim, j->src + (int64_t)j->rows[i] * j->dim, (size_t)j->dim * sizeof *j->src);
+}
+
+typedef struct {
+    const float *acc, *yss;
+    float *y;
+    int32_t dim;
+} finish_job;
+
+/* tokens [b, e): y = bf16(acc + yss) (yss NULL: no shared expert) */
+static void finish_range(void *ctx, int64_t b, int64_t e) {
+    const finish_job *j = ctx;
+    for (int64_t i = b * j->dim; i < e * j->dim; i++) j->y[i] = bf16_round(j->yss ? j->acc[i] + j->yss[i] : j->acc[i]);
+}
+
 /* x [T][dim] -> y [T][dim], route_w [T][k], route_idx [T][k]. Experts run in consecutive groups
  * of at most max(T, 64) picks, so a decode step makes two pool jobs per layer and a prefill's
  * scratch stays a few activations' worth. */
@@ -151,18 +176,19 @@ void moe(const dsv41_model *m, int32_t l, const float *x, int64_t T, float *y, f
     linear(&L->gate, x, T, scores);
     route_job rj = {c, L->gate_bias, scores, route_w, route_idx};
     pool_run(T, 16, route_range, &rj);
-    /* the picks grouped by expert, tokens in order within each */
-    int64_t p = 0;
+    /* the picks grouped by expert, tokens in order within each: a counting sort */
+    int64_t *fill = scratch_bytes((size_t)E * sizeof *fill);
+    memset(first, 0, (size_t)(E + 1) * sizeof *first);
+    for (int64_t i = 0; i < n; i++) first[route_idx[i] + 1]++;
     for (int32_t e = 0; e < E; e++) {
-        first[e] = p;
-        for (int64_t t = 0; t < T; t++)
-            for (int32_t j = 0; j < k; j++)
-                if (route_idx[t * k + j] == e) {
-                    rows[p] = (int32_t)t;
-                    rw[p++] = route_w[t * k + j];
-                }
+        first[e + 1] += first[e];
+        fill[e] = first[e];
     }
-    first[E] = p;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t p = fill[route_idx[i]]++;
+        rows[p] = (int32_t)(i / k);
+        rw[p] = route_w[i];
+    }
     int shared = c->n_shared_experts > 0;
     float *xs = scratch_f32(cap * dim), *ys = scratch_f32(cap * dim), *yss = scratch_f32(shared ? T * dim : 0);
     memset(acc, 0, (size_t)(T * dim) * sizeof *acc);
@@ -170,13 +196,13 @@ void moe(const dsv41_model *m, int32_t l, const float *x, int64_t T, float *y, f
     for (int32_t e0 = 0, e1; e0 < E; e0 = e1) {
         for (e1 = e0 + 1; e1 < E && first[e1 + 1] - first[e0] <= cap; e1++) {}
         int64_t p0 = first[e0], np = first[e1] - p0;
-        for (int64_t i = 0; i < np; i++) memcpy(xs + i * dim, x + rows[p0 + i] * dim, (size_t)dim * sizeof *x);
+        gather_job gj = {xs, x, rows + p0, dim};
+        pool_run(np, 64, gather_range, &gj);
         run_experts(m, l, first, e0, e1, xs, rw + p0, x, T, shared && e1 == E, ys, yss);
         scatter_job sj = {acc, ys, rows + p0, np, dim};
         pool_run((dim + 15) / 16, np >= 64 ? 8 : dim, scatter_range, &sj); /* a decode step's few picks: inline */
     }
-    if (shared)
-        for (int64_t i = 0; i < T * dim; i++) acc[i] += yss[i];
-    for (int64_t i = 0; i < T * dim; i++) y[i] = bf16_round(acc[i]);
+    finish_job fj = {acc, shared ? yss : NULL, y, dim};
+    pool_run(T, 16, finish_range, &fj);
     scratch_end(mark);
 }
