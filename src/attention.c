@@ -71,6 +71,27 @@ void rope_apply(const rope_table *rt, float *x, int64_t row_len, int32_t rope_di
     }
 }
 
+typedef struct {
+    const rope_table *rt;
+    float *x;
+    int32_t per, rope_dim, inverse;
+    int64_t row_len, pos0;
+} rope_job;
+
+static void rope_range(void *ctx, int64_t b, int64_t e) {
+    const rope_job *j = ctx;
+    for (int64_t r = b; r < e; r++) rope_apply(j->rt, j->x + r * j->row_len, j->row_len, j->rope_dim, j->pos0 + r / j->per, j->inverse);
+}
+
+void rope_rows(const rope_table *rt, float *x, int64_t n, int32_t per, int64_t row_len, int32_t rope_dim, int64_t pos0,
+               int inverse) {
+    rope_job j = {rt, x, per, rope_dim, inverse, row_len, pos0};
+    pool_run(n, 128, rope_range, &j);
+}
+
+/* blocks [b, e) of 32 of the floats at ctx, e4m3 fake-quantized */
+static void fp8_fake_quant_range(void *ctx, int64_t b, int64_t e) { fp8_fake_quant((float *)ctx + 32 * b, (size_t)(32 * (e - b))); }
+
 /* Scores and outputs are vectors of 16 f32 lanes (v16, numerics.h), so the order of every sum
  * is fixed by this code and every build and instruction set gives the same bits. */
 typedef float v8 __attribute__((vector_size(32)));
@@ -269,11 +290,10 @@ void attention(dsv41_session *s, int32_t l, const float *x, int64_t T, float *ou
     linear_batch((linear_item[]){{&L->wq_a, 0, c->q_lora_rank, x, T, c->dim, tq}, {&L->wkv, 0, hd, x, T, c->dim, tkv}}, 2);
     rms_norm(tq, L->q_norm, T, c->q_lora_rank, c->norm_eps, qr);
     linear(&L->wq_b, qr, T, q);
-    for (int64_t t = 0; t < T; t++)
-        for (int32_t h = 0; h < H; h++) rope_apply(rt, q + (t * H + h) * hd, hd, rd, pos + t, 0);
+    rope_rows(rt, q, T * H, H, hd, rd, pos, 0);
     rms_norm(tkv, L->kv_norm, T, hd, c->norm_eps, kv);
-    for (int64_t t = 0; t < T; t++) rope_apply(rt, kv + t * hd, hd, rd, pos + t, 0);
-    fp8_fake_quant(kv, (size_t)(T * hd));
+    rope_rows(rt, kv, T, 1, hd, rd, pos, 0);
+    pool_run(T * hd / 32, 64, fp8_fake_quant_range, kv);
     int32_t nrows, width = wwidth;
     const float *win = window_update(s, l, kv, T, idx, stride, &nrows);
 
@@ -311,8 +331,7 @@ void attention(dsv41_session *s, int32_t l, const float *x, int64_t T, float *ou
     sparse_attn(q, win, nrows, clen > 0 ? s->shared.compress_kv : NULL, L->attn_sink, idx, T, H, hd, width,
                 powf((float)hd, -0.5f), o);
     trace_f32(tr, o, 4, (int64_t[]){1, T, H, hd}, "L%d.sa_o", l);
-    for (int64_t t = 0; t < T; t++)
-        for (int32_t h = 0; h < H; h++) rope_apply(rt, o + (t * H + h) * hd, hd, rd, pos + t, 1);
+    rope_rows(rt, o, T * H, H, hd, rd, pos, 1);
     /* wo_a is block-diagonal: group g's rows see only group g's slice of every head row */
     float *part = scratch_f32(G * T * orank);
     linear_item *items = scratch_bytes((size_t)G * sizeof *items);

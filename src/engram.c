@@ -10,6 +10,7 @@
 
 #include "model.h"
 #include "numerics.h"
+#include "pool.h"
 #include "scratch.h"
 
 /* ids [T] at s->pos -> out [T][n_engram][cols] global table rows */
@@ -40,32 +41,40 @@ void engram_hash(dsv41_session *s, const int32_t *ids, int64_t T, int64_t *out) 
     }
 }
 
-/* h [T][hc][dim] in place, hashes [T][n_engram][cols] */
-void engram_forward(const dsv41_model *m, int32_t l, const int64_t *hashes, int64_t T, float *h, dsv41_trace *tr) {
-    const config *c = &m->cfg;
-    const layer_weights *L = &m->layers[l];
-    int32_t hc = c->hc_mult, dim = c->dim, cols = engram_cols(c), ehd = c->engram_head_dim, li = L->engram;
-    int64_t kvw = (int64_t)dim * (hc + 1);
-    scratch_mark mark = scratch_begin();
-    int64_t *ids = scratch_i64(T * cols);
-    float *emb = scratch_f32(T * cols * ehd), *kv = scratch_f32(T * kvw);
-    trace_f32(tr, h, 4, (int64_t[]){1, T, hc, dim}, "L%d.engram_in", l);
-    for (int64_t t = 0; t < T; t++)
-        for (int32_t j = 0; j < cols; j++) {
-            int64_t row = hashes[(t * c->n_engram + li) * cols + j];
-            ids[t * cols + j] = row;
-            for (int32_t d = 0; d < ehd; d++) emb[(t * cols + j) * ehd + d] = bf16_round(weight_get(&L->eg_table, row, d));
+typedef struct {
+    const config *c;
+    const layer_weights *L;
+    const int64_t *hashes;
+    int64_t *ids;
+    float *emb, *h;
+    const float *kv;
+} engram_job;
+
+/* tokens [b, e): their table rows gathered into ids [T][cols] and emb [T][cols][ehd] (bf16) */
+static void gather_range(void *ctx, int64_t b, int64_t e) {
+    const engram_job *j = ctx;
+    const config *c = j->c;
+    int32_t cols = engram_cols(c), ehd = c->engram_head_dim;
+    for (int64_t t = b; t < e; t++)
+        for (int32_t k = 0; k < cols; k++) {
+            int64_t row = j->hashes[(t * c->n_engram + j->L->engram) * cols + k];
+            j->ids[t * cols + k] = row;
+            for (int32_t d = 0; d < ehd; d++) j->emb[(t * cols + k) * ehd + d] = bf16_round(weight_get(&j->L->eg_table, row, d));
         }
-    linear(&L->eg_wkv, emb, T, kv);
-    trace_i64(tr, ids, 3, (int64_t[]){1, T, cols}, "L%d.engram_hash_ids", l);
-    trace_f32(tr, emb, 4, (int64_t[]){1, T, cols, ehd}, "L%d.engram_embed", l);
-    trace_f32(tr, kv, 3, (int64_t[]){1, T, kvw}, "L%d.engram_kv", l);
+}
+
+/* tokens [b, e): each residual copy adds the value scaled by its gate (kv [T][(hc + 1) dim]) */
+static void gate_range(void *ctx, int64_t b, int64_t e) {
+    const engram_job *j = ctx;
+    const config *c = j->c;
+    int32_t hc = c->hc_mult, dim = c->dim;
+    int64_t kvw = (int64_t)dim * (hc + 1);
     float inv_sqrt_dim = powf((float)dim, -0.5f);
-    for (int64_t t = 0; t < T; t++) {
-        const float *value = kv + t * kvw + (int64_t)hc * dim;
+    for (int64_t t = b; t < e; t++) {
+        const float *value = j->kv + t * kvw + (int64_t)hc * dim;
         for (int32_t cp = 0; cp < hc; cp++) {
-            float *x = h + (t * hc + cp) * dim;
-            const float *key = kv + t * kvw + (int64_t)cp * dim, *qk = L->eg_qk + (int64_t)cp * dim;
+            float *x = j->h + (t * hc + cp) * dim;
+            const float *key = j->kv + t * kvw + (int64_t)cp * dim, *qk = j->L->eg_qk + (int64_t)cp * dim;
             float xx = 0.0f, kk = 0.0f, dot = 0.0f;
             for (int32_t d = 0; d < dim; d++) {
                 xx += x[d] * x[d];
@@ -79,6 +88,24 @@ void engram_forward(const dsv41_model *m, int32_t l, const int64_t *hashes, int6
             for (int32_t d = 0; d < dim; d++) x[d] = bf16_round(x[d] + gate * value[d]);
         }
     }
+}
+
+/* h [T][hc][dim] in place, hashes [T][n_engram][cols] */
+void engram_forward(const dsv41_model *m, int32_t l, const int64_t *hashes, int64_t T, float *h, dsv41_trace *tr) {
+    const config *c = &m->cfg;
+    const layer_weights *L = &m->layers[l];
+    int32_t hc = c->hc_mult, dim = c->dim, cols = engram_cols(c), ehd = c->engram_head_dim;
+    int64_t kvw = (int64_t)dim * (hc + 1);
+    scratch_mark mark = scratch_begin();
+    float *emb = scratch_f32(T * cols * ehd), *kv = scratch_f32(T * kvw);
+    engram_job j = {c, L, hashes, scratch_i64(T * cols), emb, h, kv};
+    trace_f32(tr, h, 4, (int64_t[]){1, T, hc, dim}, "L%d.engram_in", l);
+    pool_run(T, 16, gather_range, &j);
+    linear(&L->eg_wkv, emb, T, kv);
+    trace_i64(tr, j.ids, 3, (int64_t[]){1, T, cols}, "L%d.engram_hash_ids", l);
+    trace_f32(tr, emb, 4, (int64_t[]){1, T, cols, ehd}, "L%d.engram_embed", l);
+    trace_f32(tr, kv, 3, (int64_t[]){1, T, kvw}, "L%d.engram_kv", l);
+    pool_run(T, 16, gate_range, &j);
     trace_f32(tr, h, 4, (int64_t[]){1, T, hc, dim}, "L%d.engram_out", l);
     scratch_end(mark);
 }

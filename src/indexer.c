@@ -166,6 +166,11 @@ static void score_range(void *ctx, int64_t b, int64_t e) {
     scratch_end(mark);
 }
 
+/* blocks [b, e) of 32 of the floats at ctx, fp4 fake-quantized with e8m0 scales */
+static void fp4_fake_quant_range(void *ctx, int64_t b, int64_t e) {
+    fp4_fake_quant_e8m0((float *)ctx + 32 * b, (size_t)(32 * (e - b)), 32);
+}
+
 /* Writes index keys for new latents [n_latent][head_dim] (key owners), then publishes
  * shared.topk [T][k] of window-offset entry indices (-1: not visible) for x [T][dim], qr [T][q_rank].
  * Returns k. */
@@ -191,9 +196,8 @@ int32_t indexer(dsv41_session *s, int32_t l, const float *x, const float *qr, co
     float *q = scratch_f32(T * IH * ihd), *w = scratch_f32(T * IH), *score = scratch_f32(T * width);
     int32_t *visible = scratch_i32(T);
     linear(&L->idx_wq_b, qr, T, q);
-    for (int64_t t = 0; t < T; t++)
-        for (int32_t h = 0; h < IH; h++) rope_apply(&m->rope_yarn, q + (t * IH + h) * ihd, ihd, rd, pos + t, 0);
-    fp4_fake_quant_e8m0(q, (size_t)(T * IH * ihd), 32);
+    rope_rows(&m->rope_yarn, q, T * IH, IH, ihd, rd, pos, 0);
+    pool_run(T * IH * ihd / 32, 64, fp4_fake_quant_range, q);
     linear(&L->idx_weights_proj, x, T, w);
     float wscale = (float)(pow(ihd, -0.5) * pow(IH, -0.5)); /* one python-float scalar in the release */
     for (int64_t i = 0; i < T * IH; i++) w[i] = bf16_round(w[i] * wscale);

@@ -157,6 +157,10 @@ struct dsv41_model {
 void *model_alloc(dsv41_model *m, size_t bytes); /* zeroed, freed with the model */
 int rope_init(dsv41_model *m);
 void rope_apply(const rope_table *rt, float *x, int64_t row_len, int32_t rope_dim, int64_t pos, int inverse);
+/* rope_apply on rows [n][row_len] of x over the pool, row r at position pos0 + r / per (per: the
+ * heads that share a token's position) */
+void rope_rows(const rope_table *rt, float *x, int64_t n, int32_t per, int64_t row_len, int32_t rope_dim, int64_t pos0,
+               int inverse);
 
 /* ---- per-sequence state */
 typedef struct {
