@@ -123,17 +123,22 @@ static void run_experts(const dsv41_model *m, int32_t l, const int64_t *first, i
 typedef struct {
     float *acc;
     const float *ys;
-    const int32_t *rows;
-    int64_t np;
-    int32_t dim;
+    const int64_t *picks; /* [T][k]: each token's picks, ascending */
+    int64_t p0, np;
+    int32_t k, dim;
 } scatter_job;
 
-/* columns [16b, 16e) of acc[rows[i]] += ys[i], the picks in order */
+/* tokens [b, e): acc[t] += ys[p - p0] for each of t's picks p in [p0, p0 + np), in order */
 static void scatter_range(void *ctx, int64_t b, int64_t e) {
     const scatter_job *j = ctx;
-    const int32_t d0 = (int32_t)(16 * b), d1 = 16 * e < j->dim ? (int32_t)(16 * e) : j->dim;
-    for (int64_t i = 0; i < j->np; i++)
-        for (int32_t d = d0; d < d1; d++) j->acc[j->rows[i] * (int64_t)j->dim + d] += j->ys[i * j->dim + d];
+    for (int64_t t = b; t < e; t++)
+        for (int32_t i = 0; i < j->k; i++) {
+            int64_t p = j->picks[t * j->k + i] - j->p0;
+            if (p < 0 || p >= j->np) continue;
+            float *a = j->acc + t * j->dim;
+            const float *y = j->ys + p * j->dim;
+            for (int32_t d = 0; d < j->dim; d++) a[d] += y[d];
+        }
 }
 
 typedef struct {
@@ -184,11 +189,15 @@ void moe(const dsv41_model *m, int32_t l, const float *x, int64_t T, float *y, f
         first[e + 1] += first[e];
         fill[e] = first[e];
     }
+    int64_t *picks = scratch_bytes((size_t)n * sizeof *picks); /* [T][k] positions, ascending per token */
     for (int64_t i = 0; i < n; i++) {
         int64_t p = fill[route_idx[i]]++;
         rows[p] = (int32_t)(i / k);
         rw[p] = route_w[i];
     }
+    int32_t *taken = scratch_i32(T); /* picks of each token placed so far */
+    memset(taken, 0, (size_t)T * sizeof *taken);
+    for (int64_t p = 0; p < n; p++) picks[rows[p] * k + taken[rows[p]]++] = p;
     int shared = c->n_shared_experts > 0;
     float *xs = scratch_f32(cap * dim), *ys = scratch_f32(cap * dim), *yss = scratch_f32(shared ? T * dim : 0);
     memset(acc, 0, (size_t)(T * dim) * sizeof *acc);
@@ -199,8 +208,8 @@ void moe(const dsv41_model *m, int32_t l, const float *x, int64_t T, float *y, f
         gather_job gj = {xs, x, rows + p0, dim};
         pool_run(np, 64, gather_range, &gj);
         run_experts(m, l, first, e0, e1, xs, rw + p0, x, T, shared && e1 == E, ys, yss);
-        scatter_job sj = {acc, ys, rows + p0, np, dim};
-        pool_run((dim + 15) / 16, np >= 64 ? 8 : dim, scatter_range, &sj); /* a decode step's few picks: inline */
+        scatter_job sj = {acc, ys, picks, p0, np, k, dim};
+        pool_run(T, 16, scatter_range, &sj);
     }
     finish_job fj = {acc, shared ? yss : NULL, y, dim};
     pool_run(T, 16, finish_range, &fj);
