@@ -166,6 +166,24 @@ static void score_range(void *ctx, int64_t b, int64_t e) {
     scratch_end(mark);
 }
 
+typedef struct {
+    const float *score;     /* [T][width] */
+    const int32_t *visible; /* [T] */
+    int32_t *topk;          /* [T][k] */
+    int32_t width, k, offset;
+} topk_job;
+
+/* tokens [b, e): the k best entries in ascending order, window-offset (-1: not visible) */
+static void topk_range(void *ctx, int64_t b, int64_t e) {
+    const topk_job *j = ctx;
+    for (int64_t t = b; t < e; t++) {
+        int32_t *row = j->topk + t * j->k;
+        topk_torch_cpu(j->score + t * j->width, j->width, j->k, row);
+        qsort(row, (size_t)j->k, sizeof *row, cmp_i32);
+        for (int32_t i = 0; i < j->k; i++) row[i] = row[i] < j->visible[t] ? row[i] + j->offset : -1;
+    }
+}
+
 /* blocks [b, e) of 32 of the floats at ctx, fp4 fake-quantized with e8m0 scales */
 static void fp4_fake_quant_range(void *ctx, int64_t b, int64_t e) {
     fp4_fake_quant_e8m0((float *)ctx + 32 * b, (size_t)(32 * (e - b)), 32);
@@ -216,12 +234,8 @@ int32_t indexer(dsv41_session *s, int32_t l, const float *x, const float *qr, co
     }
     int32_t k = c->index_topk < width ? c->index_topk : width;
     sh->topk = grow(sh->topk, &sh->topk_cap, (size_t)(T * k) * sizeof *sh->topk);
-    for (int64_t t = 0; t < T; t++) {
-        int32_t *row = sh->topk + t * k;
-        topk_torch_cpu(score + t * width, width, k, row);
-        qsort(row, (size_t)k, sizeof *row, cmp_i32);
-        for (int32_t j = 0; j < k; j++) row[j] = row[j] < visible[t] ? row[j] + offset : -1;
-    }
+    topk_job tj = {score, visible, sh->topk, width, k, offset};
+    pool_run(T, 16, topk_range, &tj);
     sh->topk_rows = (int32_t)T;
     sh->topk_width = k;
     scratch_end(mark);
