@@ -18,9 +18,11 @@
  * lookup broadcast to 8 tokens' inputs; exact too, and one FMA per 8 products (see "quant,
  * fp8, many tokens").
  * With 8 tokens or more, fp4 keeps these integer sums with lanes holding 16 tokens (see
- * "quant, fp4, many tokens"): 64 products per VNNI instruction with no horizontal sums.
- * Both: inputs outside the exact range (not k/512 with |k| <= 2^21 for fp4, |k| <= 2^18 for
- * fp8) and NaN weight codes hand the whole call to the scalar kernel, which gives the same bits.
+ * "quant, fp4, many tokens"): 64 products per VNNI instruction with no horizontal sums, and k
+ * split as 8 k' + r, two digits of k' and the small r only where it is not 0.
+ * Both: inputs outside the exact range (not k/512 with |k| <= 2^21 for fp4, 448 * 512 with
+ * tokens in lanes, |k| <= 2^18 for fp8) and NaN weight codes hand the call to a kernel that
+ * takes them (in the end the scalar one), which gives the same bits.
  * dense: f32 FMAs, 16 lanes per row and token, reduced once per row (the order of a row's sum
  * does not depend on the tile, so results do not depend on row splits); from 16 tokens on, tokens
  * in the lanes and each row's sum in column order (see "dense, many tokens"). */
