@@ -130,20 +130,12 @@ void linear_batch(const linear_item *items, int32_t n) {
         const int64_t cols = w->cols, nb = (cols + 31) / 32;
         e = i + 1;
         if (jobs[i].fn != k->quant) continue;
-        if (i > 0 && jobs[i - 1].xs && items[i - 1].x == it->x && items[i - 1].T == it->T &&
-            items[i - 1].xstride == it->xstride && jobs[i - 1].w->cols == cols) {
-            jobs[i].x = jobs[i - 1].x; /* the same input as the previous job's (w1 and w3) */
-            jobs[i].xs = jobs[i - 1].xs;
-            jobs[i].xstride = cols;
-            continue;
-        }
         int64_t rows = it->T; /* activation rows quantized together */
-        if (it->xstride == cols)
-            for (; e < n && jobs[e].fn == k->quant && items[e].w->cols == cols && items[e].xstride == cols; e++) {
-                if (items[e].x == items[e - 1].x && items[e].T == items[e - 1].T) continue;
-                if (items[e].x != it->x + rows * cols) break;
-                rows += items[e].T;
-            }
+        for (; e < n && jobs[e].fn == k->quant && items[e].w->cols == cols && items[e].xstride == it->xstride; e++) {
+            if (items[e].x == items[e - 1].x && items[e].T == items[e - 1].T) continue; /* w1 and w3 */
+            if (it->xstride != cols || items[e].x != it->x + rows * cols) break;
+            rows += items[e].T;
+        }
         float *q = scratch_f32(rows * cols), *sc = scratch_f32(rows * nb);
         quant_job qj = {k->act_quant, it->x, it->xstride, cols, q, sc};
         pool_run(rows, 16, quant_range, &qj);
