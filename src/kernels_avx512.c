@@ -6,23 +6,23 @@
  * inputs are prepared per call on the stack (about 33 KB per token of a tile).
  *
  * quant, fp4: an e2m1 weight w becomes the byte 2w+12 (0..24) by a VBMI lookup; an input x (an
- * e4m3 value) becomes the integer k = 512x, kept as three signed base-256 digits prepared once
- * per call. VNNI byte dot products, one short chain per digit joined by shifts, give
- * sum((2w+12) k) over each block exactly in int32; subtracting 12 sum(k) leaves 1024 times the
- * block's exact sum, which one int -> f32 conversion rounds once, as the reference's f64 sum
- * rounded to f32.
- * quant, fp8, few tokens: the same integer idea with three base-256 digits on both sides (the
- * weight's from byte tables, its sign choosing the input's digits of k or -k), nine dot
- * products per 64 weights, lanes holding whole blocks, joined exactly in f64 (see the fp8
- * section). Eight tokens or more: f64 FMAs with lanes holding tokens, each weight a table
+ * e4m3 value) becomes the integer k = 512x, split as 8 k' + r: k' in two signed base-256 digits
+ * prepared once per call, r in [-4, 3] (0 unless |x| < 1/8, which act_quant's scaling makes
+ * rare). VNNI byte dot products, one short chain per digit joined by shifts, give
+ * sum((2w+12) k) over each block exactly in int32, the products of r only where some r is not
+ * 0; subtracting 12 sum(k) leaves 1024 times the block's exact sum, which one int -> f32
+ * conversion rounds once, as the reference's f64 sum rounded to f32.
+ * quant, fp8, few tokens: the same integer idea with three base-256 digits for the weight
+ * (from byte tables; its sign chooses the input's digits of k or -k) and the same split of k:
+ * six dot products per 64 weights, lanes holding whole blocks, joined exactly in f64 (see the
+ * fp8 section). Eight tokens or more: f64 FMAs with lanes holding tokens, each weight a table
  * lookup broadcast to 8 tokens' inputs; exact too, and one FMA per 8 products (see "quant,
  * fp8, many tokens").
  * With 8 tokens or more, fp4 keeps these integer sums with lanes holding 16 tokens (see
- * "quant, fp4, many tokens"): 64 products per VNNI instruction with no horizontal sums, and k
- * split as 8 k' + r, two digits of k' and the small r only where it is not 0.
- * Both: inputs outside the exact range (not k/512 with |k| <= 2^21 for fp4, 448 * 512 with
- * tokens in lanes, |k| <= 2^18 for fp8) and NaN weight codes hand the call to a kernel that
- * takes them (in the end the scalar one), which gives the same bits.
+ * "quant, fp4, many tokens"): 64 products per VNNI instruction with no horizontal sums.
+ * Both: inputs outside the exact range (not k/512 with |k| <= 448 * 512 for the integer paths,
+ * |k| <= 2^18 for the f64 one) and NaN weight codes hand the call to a kernel that takes them
+ * (in the end the scalar one), which gives the same bits.
  * dense: f32 FMAs, 16 lanes per row and token, reduced once per row (the order of a row's sum
  * does not depend on the tile, so results do not depend on row splits); from 16 tokens on, tokens
  * in the lanes and each row's sum in column order (see "dense, many tokens"). */
@@ -190,24 +190,28 @@ static const uint8_t FP4_LUT[64] = {
 };
 /* clang-format on */
 
-/* One token's input prepared for a chunk, per group of 4 blocks (128 inputs, 64 weight bytes):
- * dig: the digits of k = 512x, high digit first, each as [even inputs][odd inputs] in the order of
- * the weight bytes' low and high nibbles; c: 12 sum(k) of each block; xs: the input scales;
+/* One token's input prepared for a chunk, per group of 4 blocks (128 inputs, 64 weight bytes),
+ * with k = 512x = 8 k' + r as in the fp8 tiles: dig the bytes of k' (high digit first) and of
+ * r, each as [even inputs][odd inputs] in the order of the weight bytes' low and high nibbles;
+ * r[g] whether some r of the group is not 0; c: 12 sum(k) of each block; xs: the input scales;
  * c and xs as 16 lanes, lane 4q+i for block q of the group (i: the tile's row). */
 typedef struct {
     _Alignas(64) int8_t dig[FP4_CHUNK / 4][6][64];
     int32_t c[FP4_CHUNK / 4][16];
     float xs[FP4_CHUNK / 4][16];
+    uint8_t r[FP4_CHUNK / 4];
 } fp4_prep;
 
 enum { FP8V_CHUNK = 64 }; /* blocks of 32 per prepared fp8 chunk: 2048 inputs, 12 KB per token */
 
-/* fp8 (see the fp8 section), per superblock of 16 blocks: the digits of k = 512x and of -k
- * in the weights' transposed byte order [s][digit: k0, k1, k2, -k0, -k1, -k2][byte], and the
- * input scales in lane order */
+/* fp8 (see the fp8 section), per superblock of 16 blocks: with k = 512x = 8 k' + r, the bytes
+ * of k' (low digit first) and r, and those of -k split the same way, in the weights' transposed
+ * byte order [s][k'0, k'1, (-k)'0, (-k)'1, r, r of -k][byte]; r[sb] whether some r of the
+ * superblock is not 0; and the input scales in lane order */
 typedef struct {
     _Alignas(64) int8_t x[FP8V_CHUNK / 16][8][6][64];
     float xs[FP8V_CHUNK / 16][16];
+    uint8_t r[FP8V_CHUNK / 16];
 } fp8_prep;
 
 /* one token's prepared input, of either kind */
@@ -215,6 +219,8 @@ typedef union {
     fp4_prep p4;
     fp8_prep p8;
 } prep_u;
+
+enum { E4M3_K_MAX = 448 * 512 }; /* the largest |k| = 512 |x| an e4m3 input x gives */
 
 /* 16 inputs as k = 512x; clears *ok when one is not an integer k with |k| <= limit (2^21 for
  * fp4's sums, 2^18 for fp8's) */
@@ -226,14 +232,16 @@ INL __m512i to_k(__m512 v, int32_t limit, __mmask16 *ok) {
     return k;
 }
 
-/* k = d2 * 65536 + d1 * 256 + d0 with every digit in [-128, 127] */
-INL void to_digits(__m512i k, int8_t *d2, int8_t *d1, int8_t *d0) {
-    const __m512i h = _mm512_set1_epi32(128);
-    __m512i k1 = _mm512_srai_epi32(_mm512_add_epi32(k, h), 8);
-    __m512i k2 = _mm512_srai_epi32(_mm512_add_epi32(k1, h), 8);
-    _mm_storeu_si128((__m128i *)d0, _mm512_cvtepi32_epi8(_mm512_sub_epi32(k, _mm512_slli_epi32(k1, 8))));
-    _mm_storeu_si128((__m128i *)d1, _mm512_cvtepi32_epi8(_mm512_sub_epi32(k1, _mm512_slli_epi32(k2, 8))));
-    _mm_storeu_si128((__m128i *)d2, _mm512_cvtepi32_epi8(k2));
+/* k = 8 k' + r with r in [-4, 3]: the bytes of r, and k' = d1 * 256 + d0 with both digits in
+ * [-128, 127] (|k| <= E4M3_K_MAX); returns r */
+INL __m512i to_digits(__m512i k, int8_t *d1, int8_t *d0, int8_t *rb) {
+    const __m512i four = _mm512_set1_epi32(4);
+    const __m512i r = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(k, four), _mm512_set1_epi32(7)), four);
+    const __m512i k1 = _mm512_srai_epi32(_mm512_sub_epi32(k, r), 3);
+    _mm_storeu_si128((__m128i *)d0, _mm512_cvtepi32_epi8(k1));
+    _mm_storeu_si128((__m128i *)d1, _mm512_cvtepi32_epi8(_mm512_srai_epi32(_mm512_add_epi32(k1, _mm512_set1_epi32(128)), 8)));
+    _mm_storeu_si128((__m128i *)rb, _mm512_cvtepi32_epi8(r));
+    return r;
 }
 
 /* Prepares blocks [b0, b0+nblk) of one token. Returns 0 when an input is out of the exact range. */
@@ -244,6 +252,7 @@ INL int fp4_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0,
     for (int64_t g = 0; g < (nblk + 3) / 4; g++) {
         int32_t cq[4];
         float sq[4];
+        __mmask16 any_r = 0;
         for (int q = 0; q < 4; q++) {
             int64_t b = b0 + 4 * g + q, c = b * 32;
             __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
@@ -251,13 +260,15 @@ INL int fp4_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0,
                 lo = _mm512_maskz_loadu_ps(mask16(cols - c), xt + c);
                 hi = _mm512_maskz_loadu_ps(mask16(cols - c - 16), xt + c + 16);
             }
-            __m512i ke = to_k(_mm512_permutex2var_ps(lo, ie, hi), 1 << 21, &ok);
-            __m512i ko = to_k(_mm512_permutex2var_ps(lo, io, hi), 1 << 21, &ok);
-            to_digits(ke, &p->dig[g][0][16 * q], &p->dig[g][2][16 * q], &p->dig[g][4][16 * q]);
-            to_digits(ko, &p->dig[g][1][16 * q], &p->dig[g][3][16 * q], &p->dig[g][5][16 * q]);
+            __m512i ke = to_k(_mm512_permutex2var_ps(lo, ie, hi), E4M3_K_MAX, &ok);
+            __m512i ko = to_k(_mm512_permutex2var_ps(lo, io, hi), E4M3_K_MAX, &ok);
+            __m512i re = to_digits(ke, &p->dig[g][0][16 * q], &p->dig[g][2][16 * q], &p->dig[g][4][16 * q]);
+            __m512i ro = to_digits(ko, &p->dig[g][1][16 * q], &p->dig[g][3][16 * q], &p->dig[g][5][16 * q]);
+            any_r |= _mm512_test_epi32_mask(_mm512_or_si512(re, ro), _mm512_or_si512(re, ro));
             cq[q] = 12 * _mm512_reduce_add_epi32(_mm512_add_epi32(ke, ko));
             sq[q] = 4 * g + q < nblk ? xst[b] : 0.0f;
         }
+        p->r[g] = any_r != 0;
         _mm512_storeu_si512(p->c[g], _mm512_setr_epi32(cq[0], cq[0], cq[0], cq[0], cq[1], cq[1], cq[1], cq[1], cq[2],
                                                        cq[2], cq[2], cq[2], cq[3], cq[3], cq[3], cq[3]));
         _mm512_storeu_ps(p->xs[g], _mm512_setr_ps(sq[0], sq[0], sq[0], sq[0], sq[1], sq[1], sq[1], sq[1], sq[2], sq[2],
@@ -274,6 +285,8 @@ INL void fp4_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t ng, int64_t 
     for (int64_t g = 0; g < ng; g++) {
         __m512i A[RT][TT];
         const int tail = g == ng - 1 && last < 64;
+        int with_r = 0;
+        for (int t = 0; t < nt; t++) with_r |= pp[t].p4.r[g];
 #pragma GCC unroll 4
         for (int i = 0; i < RT; i++) {
             _mm_prefetch((const char *)(rp[i] + 64 * g + pfd), _MM_HINT_T0); /* the next tile's rows */
@@ -284,14 +297,15 @@ INL void fp4_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t ng, int64_t 
 #pragma GCC unroll 4
             for (int t = 0; t < nt; t++) {
                 const int8_t(*D)[64] = pp[t].p4.dig[g];
-                /* three short chains, one per digit, joined by shifts */
-                __m512i a2 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wl, _mm512_load_si512(D[0]));
-                __m512i a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wl, _mm512_load_si512(D[2]));
-                __m512i a0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wl, _mm512_load_si512(D[4]));
-                a2 = _mm512_dpbusd_epi32(a2, wh, _mm512_load_si512(D[1]));
-                a1 = _mm512_dpbusd_epi32(a1, wh, _mm512_load_si512(D[3]));
-                a0 = _mm512_dpbusd_epi32(a0, wh, _mm512_load_si512(D[5]));
-                A[i][t] = _mm512_add_epi32(_mm512_slli_epi32(_mm512_add_epi32(_mm512_slli_epi32(a2, 8), a1), 8), a0);
+                /* two short chains, one per digit of k', joined by shifts: 8 k' */
+                __m512i a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wl, _mm512_load_si512(D[0]));
+                __m512i a0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wl, _mm512_load_si512(D[2]));
+                a1 = _mm512_dpbusd_epi32(a1, wh, _mm512_load_si512(D[1]));
+                a0 = _mm512_dpbusd_epi32(a0, wh, _mm512_load_si512(D[3]));
+                A[i][t] = _mm512_add_epi32(_mm512_slli_epi32(a1, 11), _mm512_slli_epi32(a0, 3));
+                if (with_r) /* the same for every row: the branch follows the inputs */
+                    A[i][t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(A[i][t], wl, _mm512_load_si512(D[4])), wh,
+                                                  _mm512_load_si512(D[5]));
             }
         }
         const int64_t nq = imin(4, nblk - 4 * g);
@@ -312,16 +326,20 @@ INL void fp4_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t ng, int64_t 
 
 /* ================================================================ quant, fp8
  *
- * Integer dot products. In units of 2^-10 a weight's magnitude is an integer below 2^19 and
- * in units of 2^-9 an input is an integer k with |k| <= 2^18, so a block's sum is an integer
- * below 2^43 (exact in f64) that one conversion rounds to f32 as the reference does. The weight
- * magnitude's three base-256 digits come from 64-entry byte tables indexed by the code's low 6
- * bits (3 exponent, 3 mantissa bits); the high exponent bit only moves the digits one place up
- * (times 256). The weight's sign selects, per byte, the digits of k or of -k, which the input
- * preparation stores side by side, so VNNI's unsigned-by-signed byte products see an unsigned
- * weight. Nine dot products (3 x 3 digits) per 64 weights are summed per block in int32 by
- * digit order (below 2^31 by the digit bounds), joined into two int32 parts and then into the
- * exact f64 sum.
+ * Integer dot products. In units of 2^-10 a weight's magnitude is an integer W below 2^19 and
+ * in units of 2^-9 an input is an integer k with |k| <= 448 * 512, so a block's sum is an
+ * integer below 2^43 (exact in f64) that one conversion rounds to f32 as the reference does.
+ * W's three base-256 digits come from 128-entry byte tables indexed by the code's low 7 bits
+ * (two-source VBMI lookups, which ignore the sign bit). The weight's sign selects, per byte, the
+ * digits of k or of -k, which the input preparation stores side by side, so VNNI's
+ * unsigned-by-signed byte products see an unsigned weight.
+ *
+ * An e4m3 input has 4 significant bits, so k = 8 k' + r with r in [-4, 3] is 0 unless |x| is
+ * below 1/8 (2^-12 of the 448 its block is scaled to) and k' fits two signed digits: six
+ * products per 64 weights (3 weight digits x 2), where the full k took nine. A superblock
+ * where some input has r != 0 also takes the three products of r (rare: the branch follows the
+ * inputs, the same for every row). Per block, by digit order, g0..g3 stay below 2^31 (|g1| <=
+ * 32 * 255 * 240, g3 <= 32 * 7 * 112) and join as L + 2^16 M into the exact f64 sum of W k'.
  *
  * Lanes hold blocks, not elements, so no block needs a horizontal sum: a superblock is 16
  * blocks (512 bytes of a row) loaded as 8 vectors; 128-bit shuffles gather the first and the
@@ -337,7 +355,8 @@ static const int32_t FP8_LANE_BLOCK[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 1
  * 256 (8+m) << e for the low exponent bits e, whose low byte is FP8_HI_LO and high byte FP8_HI.
  * The NaN codes (high exponent bit and all low bits set) get 255 in FP8_HI_LO, a middle digit
  * no finite code has: the tile keeps the largest middle digit it met instead of testing every
- * code. */
+ * code. (Two-source lookups of 128-entry tables would take the 7 bits at once, but they run
+ * at half the rate of these.) */
 /* clang-format off */
 static const uint8_t FP8_LO[64] = {
     0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 36, 40, 44, 48, 52, 56, 60, 64, 72, 80, 88, 96,
@@ -376,7 +395,7 @@ INL void fp8_transpose(const __m512i z[8], __m512i u[8]) {
 }
 
 /* Prepares blocks [b0, b0+nblk) of one token. Returns 0 when an input is not k/512 with
- * |k| <= 2^18. */
+ * |k| <= 448 * 512. */
 INL int fp8_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0, int64_t nblk, fp8_prep *p) {
     __mmask16 ok = 0xFFFF;
     _Alignas(64) int8_t nat[6][8][64]; /* a superblock in row order: [digit][vector][byte] */
@@ -386,16 +405,19 @@ INL int fp8_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0,
             for (int q = 0; q < 4; q++) {
                 int64_t c = base + 64 * v + 16 * q;
                 __m512 x = c < cols ? _mm512_maskz_loadu_ps(mask16(cols - c), xt + c) : _mm512_setzero_ps();
-                __m512i k = to_k(x, 1 << 18, &ok);
-                to_digits(k, &nat[2][v][16 * q], &nat[1][v][16 * q], &nat[0][v][16 * q]);
-                to_digits(_mm512_sub_epi32(_mm512_setzero_si512(), k), &nat[5][v][16 * q], &nat[4][v][16 * q],
-                          &nat[3][v][16 * q]);
+                __m512i k = to_k(x, E4M3_K_MAX, &ok);
+                to_digits(k, &nat[1][v][16 * q], &nat[0][v][16 * q], &nat[4][v][16 * q]);
+                to_digits(_mm512_sub_epi32(_mm512_setzero_si512(), k), &nat[3][v][16 * q], &nat[2][v][16 * q], &nat[5][v][16 * q]);
             }
+        p->r[sb] = 0;
         for (int d = 0; d < 6; d++) {
             __m512i z[8], u[8];
             for (int v = 0; v < 8; v++) z[v] = _mm512_load_si512(nat[d][v]);
             fp8_transpose(z, u);
-            for (int s = 0; s < 8; s++) _mm512_store_si512(p->x[sb][s][d], u[s]);
+            for (int s = 0; s < 8; s++) {
+                _mm512_store_si512(p->x[sb][s][d], u[s]);
+                if (d == 4) p->r[sb] |= (uint8_t)((_mm512_test_epi8_mask(u[s], u[s]) != 0) << s);
+            }
         }
         for (int l = 0; l < 16; l++) {
             int64_t b = 16 * sb + FP8_LANE_BLOCK[l];
@@ -422,18 +444,116 @@ INL void fp8_accumulate(float P[RT][16], int64_t nsb, __m128 *acc) {
     *acc = a;
 }
 
+/* The exact f64 value of the 16 int32 lanes hi * 2^16 + lo, as two halves */
+INL void join_pd(__m512i hi, __m512i lo, double scale, __m512d v[2]) {
+    const __m512d sh = _mm512_set1_pd(scale);
+    v[0] = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(hi)), sh, _mm512_cvtepi32_pd(_mm512_castsi512_si256(lo)));
+    v[1] = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(hi, 1)), sh,
+                           _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(lo, 1)));
+}
+
+/* A superblock vector's weight digits, low first, by the tables tab (FP8_LO, FP8_HI_LO, FP8_HI) */
+INL void fp8_digits(__m512i u, const __m512i tab[3], __m512i d[3]) {
+    const __mmask64 e3 = _mm512_test_epi8_mask(u, _mm512_set1_epi8(0x40));
+    const __m512i h = _mm512_permutexvar_epi8(u, tab[2]);
+    d[0] = _mm512_maskz_permutexvar_epi8(~e3, u, tab[0]);
+    d[1] = _mm512_mask_permutexvar_epi8(h, e3, u, tab[1]);
+    d[2] = _mm512_maskz_mov_epi8(e3, h);
+}
+
+/* One row's superblock u[8] (transposed codes) against nt tokens' prepared superblock sb:
+ * P[t][row] = each block's sum of products, rounded once, times the input and weight scales.
+ * One token keeps a separate sum per digit pair (short dependency chains); more keep one per
+ * digit order. The products of r run in a second pass, only for a superblock that has some. */
+INL void fp8_superblock(const __m512i u[8], const __m512i tab[3], const prep_u *pp, int64_t sb, const int nt, __m512 ws,
+                        __m512i *nan, float P[TT][RT][16], int row) {
+    __m512i A[TT][6];
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+#pragma GCC unroll 6
+        for (int k = 0; k < 6; k++) A[t][k] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; s++) {
+        const __mmask64 neg = _mm512_movepi8_mask(u[s]);
+        __m512i d[3];
+        fp8_digits(u[s], tab, d);
+        *nan = _mm512_max_epu8(*nan, d[1]);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            const int8_t(*X)[64] = pp[t].p8.x[sb][s];
+            const __m512i x0 = _mm512_mask_blend_epi8(neg, _mm512_load_si512(X[0]), _mm512_load_si512(X[2]));
+            const __m512i x1 = _mm512_mask_blend_epi8(neg, _mm512_load_si512(X[1]), _mm512_load_si512(X[3]));
+#pragma GCC unroll 3
+            for (int a = 0; a < 3; a++) {
+                const int k0 = nt == 1 ? 2 * a : a, k1 = nt == 1 ? 2 * a + 1 : a + 1;
+                A[t][k0] = _mm512_dpbusd_epi32(A[t][k0], d[a], x0);
+                A[t][k1] = _mm512_dpbusd_epi32(A[t][k1], d[a], x1);
+            }
+        }
+    }
+    __m512d v[TT][2];
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++) {
+        __m512i g[4];
+        if (nt == 1) {
+            g[0] = A[0][0];
+            g[1] = _mm512_add_epi32(A[0][1], A[0][2]);
+            g[2] = _mm512_add_epi32(A[0][3], A[0][4]);
+            g[3] = A[0][5];
+        } else {
+            for (int k = 0; k < 4; k++) g[k] = A[t][k];
+        }
+        join_pd(_mm512_add_epi32(g[2], _mm512_slli_epi32(g[3], 8)), _mm512_add_epi32(g[0], _mm512_slli_epi32(g[1], 8)),
+                65536.0, v[t]); /* sum of W k' */
+    }
+    float unit = 0x1p-16f; /* 8 (k = 8 k' + r) times 2^-19 (the units of W and k) */
+    unsigned with_r = 0; /* the vectors s where some token has an r that is not 0 */
+    for (int t = 0; t < nt; t++) with_r |= pp[t].p8.r[sb];
+    if (with_r) {
+        __m512i H[TT][3];
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+#pragma GCC unroll 3
+            for (int a = 0; a < 3; a++) H[t][a] = _mm512_setzero_si512();
+        for (; with_r; with_r &= with_r - 1) {
+            const int s = __builtin_ctz(with_r);
+            const __mmask64 neg = _mm512_movepi8_mask(u[s]);
+            __m512i d[3];
+            fp8_digits(u[s], tab, d);
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                const int8_t(*X)[64] = pp[t].p8.x[sb][s];
+                const __m512i xr = _mm512_mask_blend_epi8(neg, _mm512_load_si512(X[4]), _mm512_load_si512(X[5]));
+#pragma GCC unroll 3
+                for (int a = 0; a < 3; a++) H[t][a] = _mm512_dpbusd_epi32(H[t][a], d[a], xr);
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            __m512d r[2];
+            join_pd(H[t][2], _mm512_add_epi32(H[t][0], _mm512_slli_epi32(H[t][1], 8)), 65536.0, r); /* sum of W r */
+            v[t][0] = _mm512_fmadd_pd(v[t][0], _mm512_set1_pd(8.0), r[0]);
+            v[t][1] = _mm512_fmadd_pd(v[t][1], _mm512_set1_pd(8.0), r[1]);
+        }
+        unit = 0x1p-19f;
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++) {
+        __m512 part = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(v[t][0])), _mm512_cvtpd_ps(v[t][1]), 1);
+        part = _mm512_mul_ps(part, _mm512_set1_ps(unit)); /* exact: the integer sum is at least 1 */
+        _mm512_store_ps(P[t][row], _mm512_mul_ps(_mm512_mul_ps(part, _mm512_load_ps(pp[t].p8.xs[sb])), ws));
+    }
+}
+
 /* One tile over a chunk: rp[i] at the chunk's first byte of row i, `bytes` of it valid, nblk
  * blocks; sp[i] at row i's scale of the chunk's first block; nt (1 to 4) tokens. Returns 0 if
- * it met a NaN code. One token keeps a separate sum per digit pair (short dependency chains);
- * more keep one per digit order. The rows go one after the other, each over the whole chunk,
- * so the tile reads its bytes in memory order (one stream per page for the prefetchers, where
+ * it met a NaN code. The rows go one after the other, each over the whole chunk, so the tile
+ * reads its bytes in memory order (one stream per page for the prefetchers, where
  * superblock-major order interleaved the rows); every superblock's partials wait in P until
  * the blocks are added in order. */
 INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_t nblk, const uint8_t *const sp[RT],
                  const prep_u *pp, const int nt, __m128 acc[TT]) {
-    const __m512i lo = _mm512_loadu_si512(FP8_LO), hilo = _mm512_loadu_si512(FP8_HI_LO),
-                  hi = _mm512_loadu_si512(FP8_HI);
-    const __m512i e3bit = _mm512_set1_epi8(0x40);
+    const __m512i tab[3] = {_mm512_loadu_si512(FP8_LO), _mm512_loadu_si512(FP8_HI_LO), _mm512_loadu_si512(FP8_HI)};
     __m512i nan = _mm512_setzero_si512(); /* the largest middle digit: 255 only for a NaN code */
     const int64_t nsbs = (nblk + 15) / 16;
     _Alignas(64) float P[FP8V_CHUNK / 16][TT][RT][16];
@@ -442,7 +562,7 @@ INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_
         for (int64_t sb = 0; sb < nsbs; sb++) {
             const int64_t nsb = imin(16, nblk - 16 * sb);
             const int full = 512 * (sb + 1) <= bytes;
-            __m512i z[8], u[8], A[TT][9];
+            __m512i z[8], u[8];
             const uint8_t *row = rp[i] + 512 * sb;
             if (full)
 #pragma GCC unroll 8
@@ -452,61 +572,10 @@ INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_
 #pragma GCC unroll 8
             for (int v = 0; v < 8; v++) _mm_prefetch((const char *)(row + 64 * v + pfd), _MM_HINT_T0);
             fp8_transpose(z, u);
-#pragma GCC unroll 4
-            for (int t = 0; t < nt; t++)
-#pragma GCC unroll 9
-                for (int k = 0; k < 9; k++) A[t][k] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-            for (int s = 0; s < 8; s++) {
-                const __mmask64 e3 = _mm512_test_epi8_mask(u[s], e3bit), neg = _mm512_movepi8_mask(u[s]);
-                const __m512i h = _mm512_permutexvar_epi8(u[s], hi);
-                const __m512i d[3] = {_mm512_maskz_permutexvar_epi8(~e3, u[s], lo),
-                                      _mm512_mask_permutexvar_epi8(h, e3, u[s], hilo), _mm512_maskz_mov_epi8(e3, h)};
-                nan = _mm512_max_epu8(nan, d[1]);
-#pragma GCC unroll 4
-                for (int t = 0; t < nt; t++) {
-                    const int8_t(*X)[64] = pp[t].p8.x[sb][s];
-                    __m512i x[3];
-#pragma GCC unroll 3
-                    for (int b = 0; b < 3; b++)
-                        x[b] = _mm512_mask_blend_epi8(neg, _mm512_load_si512(X[b]), _mm512_load_si512(X[3 + b]));
-#pragma GCC unroll 3
-                    for (int a = 0; a < 3; a++)
-#pragma GCC unroll 3
-                        for (int b = 0; b < 3; b++) {
-                            const int k = nt == 1 ? 3 * a + b : a + b;
-                            A[t][k] = _mm512_dpbusd_epi32(A[t][k], d[a], x[b]);
-                        }
-                }
-            }
             if (i == 0 || sp[i] != sp[i - 1]) /* rows of one 32-row scale block share it */
                 ws[sb] = e8m0_ps(_mm512_permutexvar_epi32(_mm512_loadu_si512(FP8_LANE_BLOCK),
                                                       _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask16(nsb), sp[i] + 16 * sb))));
-#pragma GCC unroll 4
-            for (int t = 0; t < nt; t++) {
-                __m512i g[5];
-                if (nt == 1) {
-                    g[0] = A[0][0];
-                    g[1] = _mm512_add_epi32(A[0][1], A[0][3]);
-                    g[2] = _mm512_add_epi32(_mm512_add_epi32(A[0][2], A[0][4]), A[0][6]);
-                    g[3] = _mm512_add_epi32(A[0][5], A[0][7]);
-                    g[4] = A[0][8];
-                } else {
-                    for (int k = 0; k < 5; k++) g[k] = A[t][k];
-                }
-                /* the sum is L + 2^16 M, each part below 2^31 */
-                const __m512i l = _mm512_add_epi32(g[0], _mm512_slli_epi32(g[1], 8));
-                const __m512i m = _mm512_add_epi32(_mm512_add_epi32(g[2], _mm512_slli_epi32(g[3], 8)),
-                                                   _mm512_slli_epi32(g[4], 16));
-                const __m512d sh = _mm512_set1_pd(65536.0);
-                __m512d v0 = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(m)), sh,
-                                             _mm512_cvtepi32_pd(_mm512_castsi512_si256(l)));
-                __m512d v1 = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(m, 1)), sh,
-                                             _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(l, 1)));
-                __m512 part = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(v0)), _mm512_cvtpd_ps(v1), 1);
-                part = _mm512_mul_ps(part, _mm512_set1_ps(0x1p-19f)); /* exact: the integer sum is at least 1 */
-                _mm512_store_ps(P[sb][t][i], _mm512_mul_ps(_mm512_mul_ps(part, _mm512_load_ps(pp[t].p8.xs[sb])), ws[sb]));
-            }
+            fp8_superblock(u, tab, pp, sb, nt, ws[sb], &nan, P[sb], i);
         }
     for (int64_t sb = 0; sb < nsbs; sb++)
 #pragma GCC unroll 4
@@ -699,7 +768,7 @@ TGT static int w8_quant(const weight *w, int64_t r0, int64_t r1, const float *x,
  * one VNNI product makes 64 multiply-adds with no horizontal sum.
  *
  * The inputs are e4m3 values, k = 512x with |k| <= 448 * 512 = 7 * 2^15: 18 bits, three
- * base-256 digits. But k has at most 4 significant bits, and only inputs below 2^-6 (tiny next
+ * base-256 digits. But k has at most 4 significant bits, and only inputs below 1/8 (tiny next
  * to the 448 their block is scaled to) have any of them in its low 3 bits. So k is split as
  * 8 k' + r with r = k mod 8 in [-4, 3] and k' in two signed base-256 digits: two products per
  * column quad, and a third (of the r bytes) only for the quads where some token's r is not 0,
@@ -716,14 +785,13 @@ enum {
     W4_COLS = 512,   /* columns per chunk of prepared inputs */
     W4_ROWS = 2048,  /* rows per row block: an expert's down projection in one, its inputs prepared once */
     W4_TOKENS = 16,  /* tokens per pass: the 16 dword lanes */
-    W4_K_MAX = 448 * 512, /* the largest |k| an e4m3 input gives */
 };
 
 /* Prepares nc columns of nt tokens (x at the first token's first column): D [quad][digit]
  * [token][4] the digit bytes of k' (high digit first), R [quad][token][4] the bytes of r,
  * rq [block] the mask of the block's quads with some r not 0, corr [block][token] = -12 sum(k),
  * xsv [block][token] the input scales times 2^-10 (xs at the first token's chunk scales, nb per
- * token). Returns 0 when an input is not k/512 with |k| <= W4_K_MAX or a scale is below 2^-116. */
+ * token). Returns 0 when an input is not k/512 with |k| <= E4M3_K_MAX or a scale is below 2^-116. */
 INL int w4_prepare(const float *x, int64_t xstride, const float *xs, int64_t nb, int nt, int64_t nc, int8_t *D,
                    int8_t *R, uint8_t *rq, int32_t *corr, float *xsv) {
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -741,7 +809,7 @@ INL int w4_prepare(const float *x, int64_t xstride, const float *xs, int64_t nb,
             for (int e = 0; e < 4; e++) {
                 const int64_t c = 4 * q + e;
                 __m512 v = c < nc ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, off, x + c, 4) : _mm512_setzero_ps();
-                __m512i k = to_k(v, W4_K_MAX, &ok);
+                __m512i k = to_k(v, E4M3_K_MAX, &ok);
                 sum = _mm512_add_epi32(sum, k);
                 __m512i r = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(k, four), seven), four);
                 __m512i k1 = _mm512_srai_epi32(_mm512_sub_epi32(k, r), 3);

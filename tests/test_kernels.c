@@ -230,17 +230,18 @@ static void test_outside_at(const kernel_set *k, int64_t T) {
     q[40] = 1.0f / 3.0f;
     check_case(k, &w8, 1, T, q, xs, cols, "e4m3, input 1/3");
     check_case(k, &w4, 1, T, q, xs, cols, "fp4, input 1/3");
-    /* an input past the e4m3 range: the tiles take it exactly, the fp4 path with tokens in
-     * lanes (inputs of at most 448 * 512 in its digits) must leave it to them */
+    /* an input past the e4m3 range: the integer paths (inputs of at most 448 * 512 in their
+     * digits) must leave it to a kernel that takes it */
     q[40] = 1000.0f;
     check_case(k, &w8, 1, T, q, xs, cols, "e4m3, input 1000");
     check_case(k, &w4, 1, T, q, xs, cols, "fp4, input 1000");
     q[40] = keep;
-    /* inputs with nothing in the low 3 bits of 512x (no input below 2^-6): the fp4 path skips
-     * its third digit product everywhere */
+    /* inputs with nothing in the low 3 bits of 512x (no input below 1/8): the integer paths
+     * skip their products of those bits everywhere */
     float *coarse = guarded((size_t)(T * cols) * sizeof(float));
     for (int64_t i = 0; i < T * cols; i++) coarse[i] = (float)((int64_t)(rnd() % 897) - 448) * 0.5f;
     check_case(k, &w4, 1, T, coarse, xs, cols, "fp4, inputs on a 1/2 grid");
+    check_case(k, &w8, 1, T, coarse, xs, cols, "e4m3, inputs on a 1/2 grid");
     /* a NaN weight code, and NaN / huge scales */
     ((uint8_t *)w8.data)[5 * cols + 70] = 0x7F;
     check_case(k, &w8, 1, T, q, xs, cols, "e4m3 with a NaN code");
@@ -265,9 +266,10 @@ static void test_outside_at(const kernel_set *k, int64_t T) {
     free_guarded();
 }
 
-/* at few tokens (the tiles) and at more (the paths with tokens in lanes: fp8 and fp4 from 8,
- * dense from 16) */
+/* at one token (the decode step) and a few (the tiles), and at more (the paths with tokens in
+ * lanes: fp8 and fp4 from 8, dense from 16) */
 static void test_outside(const kernel_set *k) {
+    test_outside_at(k, 1);
     test_outside_at(k, 2);
     test_outside_at(k, 9);
     test_outside_at(k, 17);
