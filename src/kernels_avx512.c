@@ -193,8 +193,9 @@ static const uint8_t FP4_LUT[64] = {
 /* One token's input prepared for a chunk, per group of 4 blocks (128 inputs, 64 weight bytes),
  * with k = 512x = 8 k' + r as in the fp8 tiles: dig the bytes of k' (high digit first) and of
  * r, each as [even inputs][odd inputs] in the order of the weight bytes' low and high nibbles;
- * r[g] whether some r of the group is not 0; c: 12 sum(k) of each block; xs: the input scales;
- * c and xs as 16 lanes, lane 4q+i for block q of the group (i: the tile's row). */
+ * r[g] whether some r of the group is not 0. Per block, by whether the group has r: c the
+ * correction 12 sum(k) (12 sum(k') without r, the sums then in units of 8) and xs the input
+ * scale times the units' 2^-10 (2^-7); as 16 lanes, lane 4q+i for block q (i: the tile's row). */
 typedef struct {
     _Alignas(64) int8_t dig[FP4_CHUNK / 4][6][64];
     int32_t c[FP4_CHUNK / 4][16];
@@ -244,11 +245,13 @@ INL __m512i to_digits(__m512i k, int8_t *d1, int8_t *d0, int8_t *rb) {
     return r;
 }
 
-/* Prepares blocks [b0, b0+nblk) of one token. Returns 0 when an input is out of the exact range. */
+/* Prepares blocks [b0, b0+nblk) of one token. Returns 0 when an input is out of the exact range
+ * or a scale is below 2^-116 (the units folded into it would leave f32's normal range). */
 INL int fp4_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0, int64_t nblk, fp4_prep *p) {
     const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     __mmask16 ok = 0xFFFF;
+    int small = 0;
     for (int64_t g = 0; g < (nblk + 3) / 4; g++) {
         int32_t cq[4];
         float sq[4];
@@ -267,26 +270,31 @@ INL int fp4_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0,
             any_r |= _mm512_test_epi32_mask(_mm512_or_si512(re, ro), _mm512_or_si512(re, ro));
             cq[q] = 12 * _mm512_reduce_add_epi32(_mm512_add_epi32(ke, ko));
             sq[q] = 4 * g + q < nblk ? xst[b] : 0.0f;
+            small |= fabsf(sq[q]) < 0x1p-116f && sq[q] != 0.0f;
         }
         p->r[g] = any_r != 0;
+        for (int q = 0; q < 4; q++) {
+            if (!any_r) cq[q] /= 8; /* exact: every k is 8 k' */
+            sq[q] *= any_r ? 0x1p-10f : 0x1p-7f;
+        }
         _mm512_storeu_si512(p->c[g], _mm512_setr_epi32(cq[0], cq[0], cq[0], cq[0], cq[1], cq[1], cq[1], cq[1], cq[2],
                                                        cq[2], cq[2], cq[2], cq[3], cq[3], cq[3], cq[3]));
         _mm512_storeu_ps(p->xs[g], _mm512_setr_ps(sq[0], sq[0], sq[0], sq[0], sq[1], sq[1], sq[1], sq[1], sq[2], sq[2],
                                                   sq[2], sq[2], sq[3], sq[3], sq[3], sq[3]));
     }
-    return ok == 0xFFFF;
+    return ok == 0xFFFF && !small;
 }
 
 /* One tile over a chunk: rp[i] at the chunk's first byte of row i, ng groups, the last one with
- * `last` valid bytes (1..64), nblk blocks; ws from scales4. acc[t] holds the 4 rows' sums. */
+ * `last` valid bytes (1..64), nblk blocks; ws from scales4. acc[t] holds the 4 rows' sums. A
+ * token's group where some r is not 0 sums (2w+12) k in units of 1; any other sums (2w+12) k'
+ * (units of 8), one shift less per row. */
 INL void fp4_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t ng, int64_t last, int64_t nblk, const prep_u *pp,
                   const int nt, const float *ws, __m128 acc[TT]) {
     const __m512i lut = _mm512_loadu_si512(FP4_LUT);
     for (int64_t g = 0; g < ng; g++) {
         __m512i A[RT][TT];
         const int tail = g == ng - 1 && last < 64;
-        int with_r = 0;
-        for (int t = 0; t < nt; t++) with_r |= pp[t].p4.r[g];
 #pragma GCC unroll 4
         for (int i = 0; i < RT; i++) {
             _mm_prefetch((const char *)(rp[i] + 64 * g + pfd), _MM_HINT_T0); /* the next tile's rows */
@@ -297,15 +305,18 @@ INL void fp4_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t ng, int64_t 
 #pragma GCC unroll 4
             for (int t = 0; t < nt; t++) {
                 const int8_t(*D)[64] = pp[t].p4.dig[g];
-                /* two short chains, one per digit of k', joined by shifts: 8 k' */
+                /* two short chains, one per digit of k', joined by a shift */
                 __m512i a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wl, _mm512_load_si512(D[0]));
                 __m512i a0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wl, _mm512_load_si512(D[2]));
                 a1 = _mm512_dpbusd_epi32(a1, wh, _mm512_load_si512(D[1]));
                 a0 = _mm512_dpbusd_epi32(a0, wh, _mm512_load_si512(D[3]));
-                A[i][t] = _mm512_add_epi32(_mm512_slli_epi32(a1, 11), _mm512_slli_epi32(a0, 3));
-                if (with_r) /* the same for every row: the branch follows the inputs */
-                    A[i][t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(A[i][t], wl, _mm512_load_si512(D[4])), wh,
-                                                  _mm512_load_si512(D[5]));
+                if (pp[t].p4.r[g]) /* the same for every row: the branch follows the inputs */
+                    A[i][t] = _mm512_dpbusd_epi32(
+                        _mm512_dpbusd_epi32(_mm512_add_epi32(_mm512_slli_epi32(a1, 11), _mm512_slli_epi32(a0, 3)), wl,
+                                            _mm512_load_si512(D[4])),
+                        wh, _mm512_load_si512(D[5]));
+                else
+                    A[i][t] = _mm512_add_epi32(_mm512_slli_epi32(a1, 8), a0);
             }
         }
         const int64_t nq = imin(4, nblk - 4 * g);
@@ -314,8 +325,7 @@ INL void fp4_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t ng, int64_t 
         for (int t = 0; t < nt; t++) {
             __m512i u =
                 _mm512_sub_epi32(treduce_epi32(A[0][t], A[1][t], A[2][t], A[3][t]), _mm512_load_si512(pp[t].p4.c[g]));
-            __m512 part = _mm512_mul_ps(_mm512_cvtepi32_ps(u), _mm512_set1_ps(0x1p-10f));
-            __m512 p = _mm512_mul_ps(_mm512_mul_ps(part, _mm512_load_ps(pp[t].p4.xs[g])), ws16);
+            __m512 p = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(u), _mm512_load_ps(pp[t].p4.xs[g])), ws16);
             acc[t] = _mm_add_ps(acc[t], _mm512_castps512_ps128(p));
             if (nq > 1) acc[t] = _mm_add_ps(acc[t], _mm512_extractf32x4_ps(p, 1));
             if (nq > 2) acc[t] = _mm_add_ps(acc[t], _mm512_extractf32x4_ps(p, 2));
