@@ -586,10 +586,10 @@ INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_
                 ws[sb] = e8m0_ps(_mm512_permutexvar_epi32(_mm512_loadu_si512(FP8_LANE_BLOCK),
                                                       _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask16(nsb), sp[i] + 16 * sb))));
             fp8_superblock(u, tab, pp, sb, nt, ws[sb], &nan, P[sb], i);
-        }
-    for (int64_t sb = 0; sb < nsbs; sb++)
+            if (i == RT - 1) /* the blocks' in-order sums, a long chain, run beside the next superblock */
 #pragma GCC unroll 4
-        for (int t = 0; t < nt; t++) fp8_accumulate(P[sb][t], imin(16, nblk - 16 * sb), &acc[t]);
+                for (int t = 0; t < nt; t++) fp8_accumulate(P[sb][t], nsb, &acc[t]);
+        }
     return _mm512_cmpeq_epi8_mask(nan, _mm512_set1_epi8((char)0xFF)) == 0;
 }
 
