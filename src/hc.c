@@ -14,18 +14,23 @@
 #include "pool.h"
 #include "scratch.h"
 
-enum { SSQ = 8 }; /* rows whose sums of squares run side by side */
-
-/* ss[k] = sum of x[k][i]^2 over i in index order, for rows k < m (m <= SSQ) stride apart: each
- * sum is one long dependent chain, so several rows' chains run at once */
-static void sums_of_squares(const float *x, int64_t stride, int64_t n, int m, float ss[SSQ]) {
-    float s[SSQ] = {0.0f};
-    const float *r[SSQ];
-    for (int k = 0; k < SSQ; k++) r[k] = x + (k < m ? k : 0) * stride;
-    for (int64_t i = 0; i < n; i++)
-#pragma GCC unroll 8
-        for (int k = 0; k < SSQ; k++) s[k] += r[k][i] * r[k][i];
-    memcpy(ss, s, sizeof s);
+/* sum of x[i]^2 over i < n in a fixed order: 16 running sums (lane j takes i = j mod 16 in
+ * order), then halved pairwise. The order depends on n only, so a row gives the same bits in a
+ * prefill and in a decode step and on any thread; one index-order chain made a decode step wait
+ * 4 cycles per element (torch sums in its own order too, which the golden's bars allow for). */
+static float sum_of_squares(const float *x, int64_t n) {
+    v16 acc = {0.0f};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const v16 v = LOAD16(x + i);
+        acc += v * v;
+    }
+    float lane[16];
+    memcpy(lane, &acc, sizeof lane);
+    for (; i < n; i++) lane[i % 16] += x[i] * x[i];
+    for (int w = 8; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) lane[j] += lane[j + w];
+    return lane[0];
 }
 
 typedef struct {
@@ -34,18 +39,14 @@ typedef struct {
     float eps, *y;
 } norm_job;
 
-/* rows [b, e) of rms_norm, each sum in index order */
+/* rows [b, e) of rms_norm */
 static void norm_range(void *ctx, int64_t b, int64_t e) {
     const norm_job *j = ctx;
     const int32_t n = j->n;
-    for (int64_t t0 = b; t0 < e; t0 += SSQ) {
-        float ss[SSQ];
-        sums_of_squares(j->x + t0 * n, n, n, e - t0 < SSQ ? (int)(e - t0) : SSQ, ss);
-        for (int64_t t = t0; t < e && t < t0 + SSQ; t++) {
-            const float *r = j->x + t * n;
-            float rs = 1.0f / sqrtf(ss[t - t0] / (float)n + j->eps);
-            for (int32_t i = 0; i < n; i++) j->y[t * n + i] = bf16_round(j->w[i] * (r[i] * rs));
-        }
+    for (int64_t t = b; t < e; t++) {
+        const float *r = j->x + t * n;
+        float rs = 1.0f / sqrtf(sum_of_squares(r, n) / (float)n + j->eps);
+        for (int32_t i = 0; i < n; i++) j->y[t * n + i] = bf16_round(j->w[i] * (r[i] * rs));
     }
 }
 
@@ -92,17 +93,14 @@ typedef struct {
     float *mix, *pre, *post, *comb;
 } mix_job;
 
-/* tokens [b, e) of hc_mixes: the stream's rms (sum in index order) scales the mix, then the
- * Sinkhorn projection */
+/* tokens [b, e) of hc_mixes: the stream's rms scales the mix, then the Sinkhorn projection */
 static void mix_range(void *ctx, int64_t b, int64_t e) {
     const mix_job *j = ctx;
     const int32_t hc = j->c->hc_mult, nmix = (2 + hc) * hc;
     const int64_t n = (int64_t)hc * j->c->dim;
-    float ss[SSQ];
     for (int64_t t = b; t < e; t++) {
-        if ((t - b) % SSQ == 0) sums_of_squares(j->h + t * n, n, n, e - t < SSQ ? (int)(e - t) : SSQ, ss);
         float *m = j->mix + t * nmix;
-        float rs = 1.0f / sqrtf(ss[(t - b) % SSQ] / (float)n + j->c->norm_eps);
+        float rs = 1.0f / sqrtf(sum_of_squares(j->h + t * n, n) / (float)n + j->c->norm_eps);
         for (int32_t i = 0; i < nmix; i++) m[i] *= rs;
         hc_split_sinkhorn(m, j->scale, j->base, hc, j->c->hc_sinkhorn_iters, j->c->hc_eps, j->pre + t * hc,
                           j->post + t * hc, j->comb + t * hc * hc);
