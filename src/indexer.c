@@ -133,21 +133,30 @@ typedef struct {
     float *score;              /* [T][width] */
 } score_job;
 
-/* Tokens [b, e): score[t][p] = bf16(sum_h bf16(relu(bf16(q_h . k_p)) w_h)) for visible entries.
- * The lanes run over heads, 4 at a time, from the queries transposed per token, so every dot is
- * still summed over d in order and the heads are added in order: the same bits as one dot at a
- * time, several dots per instruction. */
+enum { SCORE_ENTRIES = 8 }; /* entries per pool item: a decode step's one token splits too */
+
+/* Items [b, e), item i covering token i / n's entries [8 (i % n), 8 (i % n) + 8) with
+ * n = ceil(width / 8): score[t][p] = bf16(sum_h bf16(relu(bf16(q_h . k_p)) w_h)) for visible
+ * entries. The lanes run over heads, 4 at a time, from the queries transposed per token, so
+ * every dot is still summed over d in order and the heads are added in order: the same bits as
+ * one dot at a time, several dots per instruction. */
 static void score_range(void *ctx, int64_t b, int64_t e) {
     const score_job *j = ctx;
     const int32_t IH = j->IH, ihd = j->ihd, G = (IH + 3) / 4;
+    const int64_t n = (j->width + SCORE_ENTRIES - 1) / SCORE_ENTRIES;
     scratch_mark mark = scratch_begin();
     f4 *qT = scratch_bytes((size_t)ihd * G * sizeof *qT); /* [d][head group]: 4 heads' q[d] */
-    for (int64_t t = b; t < e; t++) {
-        for (int32_t d = 0; d < ihd; d++)
-            for (int32_t g = 0; g < G; g++)
-                for (int i = 0; i < 4; i++)
-                    qT[d * G + g][i] = 4 * g + i < IH ? j->q[(t * IH + 4 * g + i) * ihd + d] : 0.0f;
-        for (int32_t p = 0; p < j->width; p++) {
+    for (int64_t i = b, tq = -1; i < e; i++) {
+        const int64_t t = i / n;
+        const int32_t p0 = (int32_t)(i % n) * SCORE_ENTRIES, p1 = p0 + SCORE_ENTRIES < j->width ? p0 + SCORE_ENTRIES : j->width;
+        if (t != tq) {
+            for (int32_t d = 0; d < ihd; d++)
+                for (int32_t g = 0; g < G; g++)
+                    for (int k = 0; k < 4; k++)
+                        qT[d * G + g][k] = 4 * g + k < IH ? j->q[(t * IH + 4 * g + k) * ihd + d] : 0.0f;
+            tq = t;
+        }
+        for (int32_t p = p0; p < p1; p++) {
             if (p >= j->visible[t]) {
                 j->score[t * j->width + p] = -INFINITY;
                 continue;
@@ -157,8 +166,8 @@ static void score_range(void *ctx, int64_t b, int64_t e) {
             for (int32_t g = 0; g < G; g++) {
                 f4 dot = {0.0f, 0.0f, 0.0f, 0.0f};
                 for (int32_t d = 0; d < ihd; d++) dot += qT[d * G + g] * kp[d];
-                for (int i = 0; i < 4 && 4 * g + i < IH; i++)
-                    acc += bf16_round(fmaxf(bf16_round(dot[i]), 0.0f) * j->w[t * IH + 4 * g + i]);
+                for (int k = 0; k < 4 && 4 * g + k < IH; k++)
+                    acc += bf16_round(fmaxf(bf16_round(dot[k]), 0.0f) * j->w[t * IH + 4 * g + k]);
             }
             j->score[t * j->width + p] = bf16_round(acc);
         }
@@ -221,7 +230,7 @@ int32_t indexer(dsv41_session *s, int32_t l, const float *x, const float *qr, co
     for (int64_t i = 0; i < T * IH; i++) w[i] = bf16_round(w[i] * wscale);
     for (int64_t t = 0; t < T; t++) visible[t] = pos == 0 ? (int32_t)(t + 1) / ratio : width;
     score_job sj = {q, w, sh->index_k, visible, IH, ihd, width, score};
-    pool_run(T, 1, score_range, &sj);
+    pool_run(T * ((width + SCORE_ENTRIES - 1) / SCORE_ENTRIES), 2, score_range, &sj);
     if (l == c->candidate_source_layer) {
         sh->cand = grow(sh->cand, &sh->cand_cap, (size_t)(T * width));
         select_candidate_blocks(score, T, width, visible, c->candidate_topk_blocks, c->candidate_block_size, sh->cand);
