@@ -77,10 +77,11 @@ static void route_range(void *ctx, int64_t b, int64_t e) {
 }
 
 /* g, u [n][inter] (w1 x and w3 x) -> g = bf16(silu(min(g, lim)) * clamp(u, +-lim) * rw), rw [n]
- * (NULL: 1), the input of w2; rows over the pool */
+ * (NULL: 1), the input of w2; rows over the pool (a row is hundreds of expf: a decode step's
+ * few picks split too) */
 static void swiglu(const config *c, float *g, const float *u, int64_t n, int64_t inter, const float *rw) {
     swiglu_job j = {c, g, u, rw, inter};
-    pool_run(n, 8, swiglu_range, &j);
+    pool_run(n, 2, swiglu_range, &j);
 }
 
 /* Experts [e0, e1) (picks [first[e0], first[e1]) of xs, with route weights rw) and, when
