@@ -223,8 +223,8 @@ typedef union {
 
 enum { E4M3_K_MAX = 448 * 512 }; /* the largest |k| = 512 |x| an e4m3 input x gives */
 
-/* 16 inputs as k = 512x; clears *ok when one is not an integer k with |k| <= limit (2^21 for
- * fp4's sums, 2^18 for fp8's) */
+/* 16 inputs as k = 512x; clears *ok when one is not an integer k with |k| <= limit (E4M3_K_MAX
+ * for the integer sums, whose digits hold no more; 2^18 for the f64 ones) */
 INL __m512i to_k(__m512 v, int32_t limit, __mmask16 *ok) {
     __m512 f = _mm512_mul_ps(v, _mm512_set1_ps(512.0f));
     __m512i k = _mm512_cvtps_epi32(f);
@@ -233,12 +233,18 @@ INL __m512i to_k(__m512 v, int32_t limit, __mmask16 *ok) {
     return k;
 }
 
-/* k = 8 k' + r with r in [-4, 3]: the bytes of r, and k' = d1 * 256 + d0 with both digits in
- * [-128, 127] (|k| <= E4M3_K_MAX); returns r */
-INL __m512i to_digits(__m512i k, int8_t *d1, int8_t *d0, int8_t *rb) {
+/* k = 8 k' + r with r in [-4, 3] (k mod 8, centred); returns k' */
+INL __m512i split_k(__m512i k, __m512i *r) {
     const __m512i four = _mm512_set1_epi32(4);
-    const __m512i r = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(k, four), _mm512_set1_epi32(7)), four);
-    const __m512i k1 = _mm512_srai_epi32(_mm512_sub_epi32(k, r), 3);
+    *r = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(k, four), _mm512_set1_epi32(7)), four);
+    return _mm512_srai_epi32(_mm512_sub_epi32(k, *r), 3);
+}
+
+/* k = 8 k' + r: the bytes of r, and k' = d1 * 256 + d0 with both digits in [-128, 127]
+ * (|k| <= E4M3_K_MAX); returns r */
+INL __m512i to_digits(__m512i k, int8_t *d1, int8_t *d0, int8_t *rb) {
+    __m512i r;
+    const __m512i k1 = split_k(k, &r);
     _mm_storeu_si128((__m128i *)d0, _mm512_cvtepi32_epi8(k1));
     _mm_storeu_si128((__m128i *)d1, _mm512_cvtepi32_epi8(_mm512_srai_epi32(_mm512_add_epi32(k1, _mm512_set1_epi32(128)), 8)));
     _mm_storeu_si128((__m128i *)rb, _mm512_cvtepi32_epi8(r));
@@ -290,7 +296,7 @@ INL int fp4_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0,
  * token's group where some r is not 0 sums (2w+12) k in units of 1; any other sums (2w+12) k'
  * (units of 8), one shift less per row. The blocks' products wait in P and are added in order
  * after the last group: added as each group ends, that chain tied every group's tail to the
- * one before and made the tile 13-30% slower. */
+ * one before. */
 INL void fp4_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t ng, int64_t last, int64_t nblk, const prep_u *pp,
                   const int nt, const float *ws, __m128 acc[TT]) {
     const __m512i lut = _mm512_loadu_si512(FP4_LUT);
@@ -348,16 +354,17 @@ INL void fp4_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t ng, int64_t 
  * Integer dot products. In units of 2^-10 a weight's magnitude is an integer W below 2^19 and
  * in units of 2^-9 an input is an integer k with |k| <= 448 * 512, so a block's sum is an
  * integer below 2^43 (exact in f64) that one conversion rounds to f32 as the reference does.
- * W's three base-256 digits come from 128-entry byte tables indexed by the code's low 7 bits
- * (two-source VBMI lookups, which ignore the sign bit). The weight's sign selects, per byte, the
- * digits of k or of -k, which the input preparation stores side by side, so VNNI's
- * unsigned-by-signed byte products see an unsigned weight.
+ * W's three base-256 digits come from 64-entry byte tables indexed by the code's low 6 bits (3
+ * exponent, 3 mantissa bits); the high exponent bit only moves the digits one place up (times
+ * 256). The weight's sign selects, per byte, the digits of k or of -k, which the input
+ * preparation stores side by side, so VNNI's unsigned-by-signed byte products see an unsigned
+ * weight.
  *
  * An e4m3 input has 4 significant bits, so k = 8 k' + r with r in [-4, 3] is 0 unless |x| is
  * below 1/8 (2^-12 of the 448 its block is scaled to) and k' fits two signed digits: six
- * products per 64 weights (3 weight digits x 2), where the full k took nine. A superblock
- * where some input has r != 0 also takes the three products of r (rare: the branch follows the
- * inputs, the same for every row). Per block, by digit order, g0..g3 stay below 2^31 (|g1| <=
+ * products per 64 weights (3 weight digits x 2), where the full k took nine. The vectors of a
+ * superblock where some input has r != 0 also take the three products of r, in a second pass
+ * (rare, and the same for every row: the branch follows the inputs). Per block, by digit order, g0..g3 stay below 2^31 (|g1| <=
  * 32 * 255 * 240, g3 <= 32 * 7 * 112) and join as L + 2^16 M into the exact f64 sum of W k'.
  *
  * Lanes hold blocks, not elements, so no block needs a horizontal sum: a superblock is 16
@@ -816,8 +823,7 @@ INL int w4_prepare(const float *x, int64_t xstride, const float *xs, int64_t nb,
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i off = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)xstride));
     const __mmask16 m = (__mmask16)(nt >= 16 ? 0xFFFF : (1u << nt) - 1);
-    const __m512i ff = _mm512_set1_epi32(255), h = _mm512_set1_epi32(128), four = _mm512_set1_epi32(4),
-                  seven = _mm512_set1_epi32(7);
+    const __m512i ff = _mm512_set1_epi32(255), h = _mm512_set1_epi32(128);
     __mmask16 ok = 0xFFFF;
     int small = 0;
     for (int64_t b = 0; b < (nc + 31) / 32; b++) {
@@ -830,8 +836,7 @@ INL int w4_prepare(const float *x, int64_t xstride, const float *xs, int64_t nb,
                 __m512 v = c < nc ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, off, x + c, 4) : _mm512_setzero_ps();
                 __m512i k = to_k(v, E4M3_K_MAX, &ok);
                 sum = _mm512_add_epi32(sum, k);
-                __m512i r = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(k, four), seven), four);
-                __m512i k1 = _mm512_srai_epi32(_mm512_sub_epi32(k, r), 3);
+                __m512i r, k1 = split_k(k, &r);
                 /* k1 = 256 d1 + d0, d0 in [-128, 127]: d0's byte is k1's low byte */
                 hi = _mm512_or_si512(hi, _mm512_slli_epi32(_mm512_and_si512(_mm512_srai_epi32(_mm512_add_epi32(k1, h), 8), ff), 8 * e));
                 lo = _mm512_or_si512(lo, _mm512_slli_epi32(_mm512_and_si512(k1, ff), 8 * e));
