@@ -207,8 +207,8 @@ enum { FP8V_CHUNK = 64 }; /* blocks of 32 per prepared fp8 chunk: 2048 inputs, 1
 
 /* fp8 (see the fp8 section), per superblock of 16 blocks: with k = 512x = 8 k' + r, the bytes
  * of k' (low digit first) and r, and those of -k split the same way, in the weights' transposed
- * byte order [s][k'0, k'1, (-k)'0, (-k)'1, r, r of -k][byte]; r[sb] whether some r of the
- * superblock is not 0; and the input scales in lane order */
+ * byte order [s][k'0, k'1, (-k)'0, (-k)'1, r, r of -k][byte]; r[sb] the mask of the vectors s
+ * that hold some r that is not 0; and the input scales in lane order */
 typedef struct {
     _Alignas(64) int8_t x[FP8V_CHUNK / 16][8][6][64];
     float xs[FP8V_CHUNK / 16][16];
@@ -490,7 +490,7 @@ INL void fp8_digits(__m512i u, const __m512i tab[3], __m512i d[3]) {
 /* One row's superblock u[8] (transposed codes) against nt tokens' prepared superblock sb:
  * P[t][row] = each block's sum of products, rounded once, times the input and weight scales.
  * One token keeps a separate sum per digit pair (short dependency chains); more keep one per
- * digit order. The products of r run in a second pass, only for a superblock that has some. */
+ * digit order. The products of r run in a second pass, only over the vectors that hold some. */
 INL void fp8_superblock(const __m512i u[8], const __m512i tab[3], const prep_u *pp, int64_t sb, const int nt, __m512 ws,
                         __m512i *nan, float P[TT][RT][16], int row) {
     __m512i A[TT][6];
