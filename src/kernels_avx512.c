@@ -15,14 +15,13 @@
  * quant, fp8, few tokens: the same integer idea with three base-256 digits for the weight
  * (from byte tables; its sign chooses the input's digits of k or -k) and the same split of k:
  * six dot products per 64 weights, lanes holding whole blocks, joined exactly in f64 (see the
- * fp8 section). Eight tokens or more: f64 FMAs with lanes holding tokens, each weight a table
- * lookup broadcast to 8 tokens' inputs; exact too, and one FMA per 8 products (see "quant,
- * fp8, many tokens").
- * With 8 tokens or more, fp4 keeps these integer sums with lanes holding 16 tokens (see
- * "quant, fp4, many tokens"): 64 products per VNNI instruction with no horizontal sums.
- * Both: inputs outside the exact range (not k/512 with |k| <= 448 * 512 for the integer paths,
- * |k| <= 2^18 for the f64 one) and NaN weight codes hand the call to a kernel that takes them
- * (in the end the scalar one), which gives the same bits.
+ * fp8 section).
+ * With 8 tokens or more, both keep integer sums with lanes holding 16 tokens and no horizontal
+ * sums: fp4 64 products per VNNI byte instruction (see "quant, fp4, many tokens"), fp8 32 per
+ * 16-bit one, each block joined in f64 (see "quant, fp8, many tokens").
+ * Both: inputs outside the exact range (not k/512 with |k| <= 448 * 512) and NaN weight codes
+ * hand the call to a kernel that takes them (in the end the scalar one), which gives the same
+ * bits.
  * dense: f32 FMAs, 16 lanes per row and token, reduced once per row (the order of a row's sum
  * does not depend on the tile, so results do not depend on row splits); from 16 tokens on, tokens
  * in the lanes and each row's sum in column order (see "dense, many tokens"). */
@@ -223,13 +222,15 @@ typedef union {
 
 enum { E4M3_K_MAX = 448 * 512 }; /* the largest |k| = 512 |x| an e4m3 input x gives */
 
-/* 16 inputs as k = 512x; clears *ok when one is not an integer k with |k| <= limit (E4M3_K_MAX
- * for the integer sums, whose digits hold no more; 2^18 for the f64 ones) */
-INL __m512i to_k(__m512 v, int32_t limit, __mmask16 *ok) {
-    __m512 f = _mm512_mul_ps(v, _mm512_set1_ps(512.0f));
-    __m512i k = _mm512_cvtps_epi32(f);
-    *ok &= _mm512_cmp_ps_mask(_mm512_cvtepi32_ps(k), f, _CMP_EQ_OQ) &
-           _mm512_cmple_epu32_mask(_mm512_abs_epi32(k), _mm512_set1_epi32(limit));
+/* 16 inputs as k = 512x, rounded to an integer */
+INL __m512i k_of(__m512 v) { return _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(512.0f))); }
+
+/* k_of(v); clears *ok when an input is not an integer k with |k| <= E4M3_K_MAX (what the integer
+ * sums' digits hold) */
+INL __m512i to_k(__m512 v, __mmask16 *ok) {
+    const __m512i k = k_of(v);
+    *ok &= _mm512_cmp_ps_mask(_mm512_cvtepi32_ps(k), _mm512_mul_ps(v, _mm512_set1_ps(512.0f)), _CMP_EQ_OQ) &
+           _mm512_cmple_epu32_mask(_mm512_abs_epi32(k), _mm512_set1_epi32(E4M3_K_MAX));
     return k;
 }
 
@@ -269,8 +270,8 @@ INL int fp4_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0,
                 lo = _mm512_maskz_loadu_ps(mask16(cols - c), xt + c);
                 hi = _mm512_maskz_loadu_ps(mask16(cols - c - 16), xt + c + 16);
             }
-            __m512i ke = to_k(_mm512_permutex2var_ps(lo, ie, hi), E4M3_K_MAX, &ok);
-            __m512i ko = to_k(_mm512_permutex2var_ps(lo, io, hi), E4M3_K_MAX, &ok);
+            __m512i ke = to_k(_mm512_permutex2var_ps(lo, ie, hi), &ok);
+            __m512i ko = to_k(_mm512_permutex2var_ps(lo, io, hi), &ok);
             __m512i re = to_digits(ke, &p->dig[g][0][16 * q], &p->dig[g][2][16 * q], &p->dig[g][4][16 * q]);
             __m512i ro = to_digits(ko, &p->dig[g][1][16 * q], &p->dig[g][3][16 * q], &p->dig[g][5][16 * q]);
             any_r |= _mm512_test_epi32_mask(_mm512_or_si512(re, ro), _mm512_or_si512(re, ro));
@@ -431,7 +432,7 @@ INL int fp8_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0,
             for (int q = 0; q < 4; q++) {
                 int64_t c = base + 64 * v + 16 * q;
                 __m512 x = c < cols ? _mm512_maskz_loadu_ps(mask16(cols - c), xt + c) : _mm512_setzero_ps();
-                __m512i k = to_k(x, E4M3_K_MAX, &ok);
+                __m512i k = to_k(x, &ok);
                 to_digits(k, &nat[1][v][16 * q], &nat[0][v][16 * q], &nat[4][v][16 * q]);
                 to_digits(_mm512_sub_epi32(_mm512_setzero_si512(), k), &nat[3][v][16 * q], &nat[2][v][16 * q], &nat[5][v][16 * q]);
             }
@@ -611,19 +612,27 @@ INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_
 
 /* ================================================================ quant, fp8, many tokens
  *
- * With 8 or more tokens the fp8 product runs in f64 with lanes holding tokens: each weight
- * code is looked up as an f64 in a 256-entry table and broadcast, and one FMA multiplies it
- * with 8 tokens' inputs. e4m3 products are multiples of 2^-18 below 2^18 (inputs checked to be
- * k/512 with |k| <= 2^18, as for the integer kernel), so a block's 32 products and all their
- * partial sums are exact in f64 in any order; one conversion rounds the block to f32, as the
- * reference's f64 sum. Lanes holding tokens means a block's sum lands in a lane with no
- * horizontal reduction, and the f32 accumulation over blocks stays in block order.
+ * With 8 tokens or more, fp8 keeps integer sums with lanes holding 16 tokens, in 16-bit pairs
+ * (VPDPWSSD): a lane's dword holds one digit of two consecutive inputs of its token, the row's
+ * two weights are broadcast to every lane, and one instruction makes 32 multiply-adds with no
+ * horizontal sum.
  *
- * The inputs of a chunk of W8_COLS columns for 32 tokens are laid out [column][token] in f64
- * (32 KB, in L1) and every row of a row block passes over them, 4 rows at a time (4 x up to 4
- * accumulators of 8 tokens); the rows' running f32 sums live in acc [row][token] (L2) until
- * the row block is done. Each FMA needs one load of inputs per 4 and one table broadcast per
- * up to 4, so the loop runs at the FMA ports' rate rather than on decoding. */
+ * A weight w (an e4m3 value) is the integer W = 1024 w, |W| <= 448 * 1024, split as
+ * W = 16 W' + Rw with W' = sign (|W| >> 4) in 16 bits and Rw = sign (|W| & 15), which is 0 unless
+ * |w| < 1/8 (2^-12 of the 448 a block is scaled to: magnitude codes below 0x20). An input is
+ * k = 512 x = 256 kh + kl with kl in [0, 255], so kh fits 16 bits too. Per block,
+ *     sum(W k) = 16 (256 H + L) + X,  H = sum(W' kh), L = sum(W' kl), X = sum(Rw k),
+ * H and L int32 sums (below 2^30 over 32 columns), X taken in a second pass only over a row's
+ * blocks that hold a small code. 256 H + L can pass 2^31, so it is joined in f64 (exact below
+ * 2^53) and rounded once to f32, as the reference's f64 sum; the 2^-15 that makes it the block's
+ * sum rides on the input scale (declined below 2^-111, where that product would leave f32's
+ * normal range). Two instructions per pair of columns make 64 products (an f64 FMA makes 8);
+ * the sums' f64 join is the price, once per block.
+ *
+ * The inputs of a chunk of W8_COLS columns for 32 tokens are laid out [pair][digit][token]
+ * (32 KB, in L1); each tile decodes its 4 rows' codes of the chunk to W' (two 128-entry byte
+ * tables by the code's low 7 bits, the sign applied after) and passes over the inputs, the rows'
+ * running f32 sums kept in acc [row][token] (L2) until the row block is done. */
 
 /* The e8m0 scales s [n] (n <= 16) of one row's blocks as f32, into out [16]. */
 INL void row_scales(const uint8_t *s, int64_t n, float *out) {
@@ -655,129 +664,226 @@ INL void store_transposed(const float *acc, int64_t n, int ld, int nt, float *y,
 }
 
 enum {
-    W8_MIN_T = 8,     /* tokens from which fp8 takes this path */
-    W8_COLS = 128,    /* columns per chunk of prepared inputs */
-    W8_ROWS = 512,    /* rows per row block */
-    W8_TOKENS = 32,   /* tokens per pass: 4 groups of 8 lanes */
-    W8_AHEAD = 4,     /* tiles ahead that the weights are prefetched */
+    W8_MIN_T = 8,    /* tokens from which fp8 takes this path */
+    W8_COLS = 256,   /* columns per chunk of prepared inputs */
+    W8_ROWS = 512,   /* rows per row block */
+    W8_TOKENS = 32,  /* tokens per pass: 2 vectors of 16 lanes */
+    W8_AHEAD = 4,    /* tiles ahead that the weights are prefetched */
 };
 
-/* One tile: 4 rows (codes c[i], W8_COLS bytes each, zero past the matrix), G groups of 8
- * tokens, nblk blocks of the chunk; adds each block's scaled product to acc rows in order. */
-INL void w8_tile(const uint8_t c[RT][W8_COLS], const double *tab, const double *X, const float *xsv,
-                 const float ws[RT][16], int nblk, const int G, float *acc[RT]) {
+/* Byte tables of a code's magnitude (its low 7 bits) in units of 2^-10: the low and high byte
+ * of |W| >> 4, and of |W| & 15 (high bytes all 0). The NaN code 0x7F gets 0 (the tiles test for
+ * it). */
+typedef struct {
+    _Alignas(64) uint8_t lo[128], hi[128], rw[128], zero[128];
+} w8_tables;
+
+static void w8_tables_fill(w8_tables *t) {
+    for (int c = 0; c < 128; c++) {
+        const int32_t W = c == 0x7F ? 0 : (int32_t)(e4m3_to_f32((uint8_t)c) * 1024.0f);
+        t->lo[c] = (uint8_t)((W >> 4) & 255);
+        t->hi[c] = (uint8_t)(W >> 12);
+        t->rw[c] = (uint8_t)(W & 15);
+        t->zero[c] = 0;
+    }
+}
+
+/* A 128-entry byte lookup (the index's bit 6 picks the table's second half) */
+INL __m512i lookup128(const uint8_t *tab, __m512i idx) {
+    return _mm512_permutex2var_epi8(_mm512_load_si512(tab), idx, _mm512_load_si512(tab + 64));
+}
+
+/* 64 codes z -> their 64 words (two vectors, in column order) from the byte tables lo and hi,
+ * negated where the code's sign is set */
+INL void w8_words(__m512i z, __m512i m7, const uint8_t *lo, const uint8_t *hi, __m512i il0, __m512i il1, int16_t *out) {
+    const __m512i l = lookup128(lo, m7), h = lookup128(hi, m7);
+    const __mmask64 neg = _mm512_movepi8_mask(z);
+    const __m512i w0 = _mm512_permutex2var_epi8(l, il0, h), w1 = _mm512_permutex2var_epi8(l, il1, h);
+    _mm512_store_si512(out, _mm512_mask_sub_epi16(w0, (__mmask32)neg, _mm512_setzero_si512(), w0));
+    _mm512_store_si512(out + 32, _mm512_mask_sub_epi16(w1, (__mmask32)(neg >> 32), _mm512_setzero_si512(), w1));
+}
+
+/* Prepares nc columns of nt tokens (x at the first token's first column): K [pair][digit]
+ * [token] the dwords (kh or kl of column 2p, of column 2p+1) in 16-bit halves, zero past them. */
+INL void w8_prepare(const float *x, int64_t xstride, int nt, int64_t nc, int32_t *K) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i lo16 = _mm512_set1_epi32(0xFFFF), ff = _mm512_set1_epi32(255);
+    for (int v = 0; v < W8_TOKENS / 16; v++) {
+        const __m512i off = _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(16 * v)), _mm512_set1_epi32((int)xstride));
+        const __mmask16 m = (__mmask16)(nt - 16 * v >= 16 ? 0xFFFF : nt > 16 * v ? (1u << (nt - 16 * v)) - 1 : 0);
+        for (int64_t p = 0; p < W8_COLS / 2; p++) {
+            __m512i k[2];
+            for (int e = 0; e < 2; e++) {
+                const int64_t c = 2 * p + e;
+                const __m512 g = c < nc && m ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, off, x + c, 4) : _mm512_setzero_ps();
+                k[e] = k_of(g); /* checked before (w8_inputs_ok) */
+            }
+            const __m512i kh = _mm512_or_si512(_mm512_and_si512(_mm512_srai_epi32(k[0], 8), lo16), _mm512_slli_epi32(_mm512_srai_epi32(k[1], 8), 16));
+            const __m512i kl = _mm512_or_si512(_mm512_and_si512(k[0], ff), _mm512_slli_epi32(_mm512_and_si512(k[1], ff), 16));
+            _mm512_store_si512(K + (2 * p) * W8_TOKENS + 16 * v, kh);
+            _mm512_store_si512(K + (2 * p + 1) * W8_TOKENS + 16 * v, kl);
+        }
+    }
+}
+
+/* X [i][token] = sum(Rw k) = 256 sum(Rw kh) + sum(Rw kl) over block b (inputs Kb), below 2^27,
+ * for the rows i in the mask `rows` (rare: kept out of the tile's registers) */
+TGT __attribute__((noinline)) static void w8_rare(const int16_t rw[RT][W8_COLS], unsigned rows, const int32_t *Kb, int b,
+                                                  int V, int32_t X[RT][W8_TOKENS]) {
+    for (int i = 0; i < RT; i++) {
+        if (!(rows >> i & 1)) continue;
+        for (int v = 0; v < V; v++) {
+            __m512i xh = _mm512_setzero_si512(), xl = _mm512_setzero_si512();
+            for (int j = 0; j < 16; j++) {
+                int32_t r2;
+                memcpy(&r2, rw[i] + 32 * b + 2 * j, 4);
+                const __m512i br = _mm512_set1_epi32(r2);
+                xh = _mm512_dpwssd_epi32(xh, br, _mm512_load_si512(Kb + (2 * j) * W8_TOKENS + 16 * v));
+                xl = _mm512_dpwssd_epi32(xl, br, _mm512_load_si512(Kb + (2 * j + 1) * W8_TOKENS + 16 * v));
+            }
+            _mm512_store_si512(X[i] + 16 * v, _mm512_add_epi32(_mm512_slli_epi32(xh, 8), xl));
+        }
+    }
+}
+
+/* One tile: 4 rows of words wq[i] (W', W8_COLS each, zero past the matrix) and rw[i] (Rw, valid
+ * in the blocks of small[i]), V vectors of 16 tokens, nblk blocks; adds each block's scaled
+ * sum to acc rows in order. */
+INL void w8_tile(const int16_t wq[RT][W8_COLS], const int16_t rw[RT][W8_COLS], const uint32_t small[RT], const int32_t *K,
+                 const float *xsv, const float ws[RT][16], int nblk, const int V, float *acc[RT]) {
+    const __m512d k16th = _mm512_set1_pd(0.0625);
     for (int b = 0; b < nblk; b++) {
-        __m512d a[RT][4];
+        const int32_t *Kb = K + 32 * b * W8_TOKENS;
+        __m512i h[RT][2], l[RT][2];
 #pragma GCC unroll 4
         for (int i = 0; i < RT; i++)
-#pragma GCC unroll 4
-            for (int g = 0; g < 4; g++) a[i][g] = _mm512_setzero_pd();
-        const double *Xb = X + 32 * b * W8_TOKENS;
-#pragma GCC unroll 8
-        for (int j = 0; j < 32; j++) { /* constant trip count: unrolled without remainders */
-            __m512d xv[4];
-#pragma GCC unroll 4
-            for (int g = 0; g < G; g++) xv[g] = _mm512_load_pd(Xb + j * W8_TOKENS + 8 * g);
+#pragma GCC unroll 2
+            for (int v = 0; v < 2; v++) h[i][v] = l[i][v] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) { /* constant trip count: fully unrolled */
+            __m512i kh[2], kl[2];
+#pragma GCC unroll 2
+            for (int v = 0; v < V; v++) {
+                kh[v] = _mm512_load_si512(Kb + (2 * j) * W8_TOKENS + 16 * v);
+                kl[v] = _mm512_load_si512(Kb + (2 * j + 1) * W8_TOKENS + 16 * v);
+            }
 #pragma GCC unroll 4
             for (int i = 0; i < RT; i++) {
-                const __m512d wv = _mm512_set1_pd(tab[c[i][32 * b + j]]);
-#pragma GCC unroll 4
-                for (int g = 0; g < G; g++) a[i][g] = _mm512_fmadd_pd(wv, xv[g], a[i][g]);
+                int32_t w2;
+                memcpy(&w2, wq[i] + 32 * b + 2 * j, 4);
+                const __m512i bw = _mm512_set1_epi32(w2);
+#pragma GCC unroll 2
+                for (int v = 0; v < V; v++) {
+                    h[i][v] = _mm512_dpwssd_epi32(h[i][v], bw, kh[v]);
+                    l[i][v] = _mm512_dpwssd_epi32(l[i][v], bw, kl[v]);
+                }
             }
         }
+        unsigned rare = 0;
+        for (int i = 0; i < RT; i++) rare |= (small[i] >> b & 1u) << i;
+        _Alignas(64) int32_t X[RT][W8_TOKENS];
+        if (rare) w8_rare(rw, rare, Kb, b, V, X);
 #pragma GCC unroll 4
         for (int i = 0; i < RT; i++) {
             const __m512 s = _mm512_set1_ps(ws[i][b]);
-            /* two groups (16 tokens) per vector of f32 */
 #pragma GCC unroll 2
-            for (int g = 0; g < G; g += 2) {
-                const __m256 lo = _mm512_cvtpd_ps(a[i][g]);
-                const __m512 v = g + 1 < G ? _mm512_insertf32x8(_mm512_castps256_ps512(lo), _mm512_cvtpd_ps(a[i][g + 1]), 1)
-                                           : _mm512_zextps256_ps512(lo);
-                const __m512 p = _mm512_mul_ps(_mm512_mul_ps(v, _mm512_load_ps(xsv + (b * 4 + g) * 8)), s);
-                _mm512_store_ps(acc[i] + 8 * g, _mm512_add_ps(_mm512_load_ps(acc[i] + 8 * g), p));
+            for (int v = 0; v < V; v++) {
+                /* 256 H + L (+ X / 16), exact in f64 */
+                __m512d d[2];
+                join_pd(h[i][v], l[i][v], 256.0, d);
+                if (rare >> i & 1)
+#pragma GCC unroll 2
+                    for (int half = 0; half < 2; half++)
+                        d[half] = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm256_load_si256((const __m256i *)(X[i] + 16 * v + 8 * half))),
+                                                  k16th, d[half]);
+                const __m512 f = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(d[0])), _mm512_cvtpd_ps(d[1]), 1);
+                const __m512 p = _mm512_mul_ps(_mm512_mul_ps(f, _mm512_load_ps(xsv + (b * 2 + v) * 16)), s);
+                _mm512_store_ps(acc[i] + 16 * v, _mm512_add_ps(_mm512_load_ps(acc[i] + 16 * v), p));
             }
         }
     }
 }
 
-/* X [W8_COLS][W8_TOKENS] = the nc columns of nt tokens (x: the first token's first column),
- * as f64; zero past them */
-INL void w8_prepare(const float *x, int64_t xstride, int nt, int64_t nc, double *X) {
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    for (int g = 0; g < W8_TOKENS / 8; g++) {
-        /* the 8 tokens' offsets; lanes past nt are masked off */
-        const __m256i off = _mm256_mullo_epi32(_mm256_add_epi32(lane, _mm256_set1_epi32(8 * g)), _mm256_set1_epi32((int)xstride));
-        const __mmask8 m = (__mmask8)(nt - 8 * g >= 8 ? 0xFF : nt > 8 * g ? (1u << (nt - 8 * g)) - 1 : 0);
-        for (int64_t j = 0; j < W8_COLS; j++) {
-            __m256 v = j < nc ? _mm256_mmask_i32gather_ps(_mm256_setzero_ps(), m, off, x + j, 4) : _mm256_setzero_ps();
-            _mm512_store_pd(X + j * W8_TOKENS + 8 * g, _mm512_cvtps_pd(v));
-        }
-    }
-}
-
-/* Whether every input of tokens [0, T) is k/512 with |k| <= 2^18 (what the exact sums need). */
-INL int w8_inputs_ok(const float *x, int64_t cols, int64_t T, int64_t xstride) {
+/* Whether every input of tokens [0, T) is k/512 with |k| <= E4M3_K_MAX and every input scale is
+ * 0 or at least 2^-111 (what the exact sums and the folded units need). */
+INL int w8_inputs_ok(const float *x, const float *xs, int64_t cols, int64_t T, int64_t xstride) {
     __mmask16 ok = 0xFFFF;
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t c = 0; c < cols; c += 16) to_k(_mm512_maskz_loadu_ps(mask16(cols - c), x + t * xstride + c), 1 << 18, &ok);
+    const int64_t nb = (cols + 31) / 32;
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t c = 0; c < cols; c += 16)
+            to_k(_mm512_maskz_loadu_ps(mask16(cols - c), x + t * xstride + c), &ok);
+        for (int64_t b = 0; b < nb; b++)
+            if (fabsf(xs[t * nb + b]) < 0x1p-111f && xs[t * nb + b] != 0.0f) return 0;
+    }
     return ok == 0xFFFF;
 }
 
-/* fp8 quant for T >= W8_MIN_T (see above); returns 0 (nothing written) when an input is out
- * of the exact range or a weight code is NaN, for the caller to take another kernel. */
+/* fp8 quant for T >= W8_MIN_T (see above); returns 0 when an input is out of the exact range or
+ * a weight code is NaN, for the caller to take another kernel (which writes every output). */
 TGT static int w8_quant(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
                         int64_t xstride, float *y, int64_t ystride) {
     const int64_t cols = w->cols, nb = (cols + 31) / 32;
-    if (!w8_inputs_ok(x, cols, T, xstride)) return 0;
-    _Alignas(64) double tab[256];
-    for (int k = 0; k < 256; k++) tab[k] = (double)e4m3_to_f32((uint8_t)k);
-    _Alignas(64) double X[W8_COLS * W8_TOKENS];
-    _Alignas(64) float xsv[W8_COLS / 32 * 4 * 8];
+    if (!w8_inputs_ok(x, xs, cols, T, xstride)) return 0;
+    w8_tables tab;
+    w8_tables_fill(&tab);
+    _Alignas(64) int32_t K[W8_COLS * W8_TOKENS];
+    _Alignas(64) float xsv[W8_COLS / 32 * W8_TOKENS];
     _Alignas(64) float acc[W8_ROWS][W8_TOKENS];
-    _Alignas(64) uint8_t c[RT][W8_COLS];
+    _Alignas(64) int16_t wq[RT][W8_COLS], rw[RT][W8_COLS];
     _Alignas(64) float ws[RT][16];
-    const __m512i hb = _mm512_set1_epi8((char)0x80);
+    /* bytes [lo0, hi0, lo1, hi1, ...] of the first and the second 32 bytes of lo and hi */
+    _Alignas(64) uint8_t ilv[2][64];
+    for (int i = 0; i < 64; i++) {
+        ilv[0][i] = (uint8_t)((i & 1) * 64 + i / 2);
+        ilv[1][i] = (uint8_t)((i & 1) * 64 + 32 + i / 2);
+    }
+    const __m512i il0 = _mm512_load_si512(ilv[0]), il1 = _mm512_load_si512(ilv[1]);
+    const __m512i low7 = _mm512_set1_epi8(0x7F), one = _mm512_set1_epi8(1), below = _mm512_set1_epi8(0x1F);
     const uint8_t *sc = w->scale;
     for (int64_t t0 = 0; t0 < T; t0 += W8_TOKENS) {
-        const int nt = (int)imin(W8_TOKENS, T - t0), G = (nt + 7) / 8;
+        const int nt = (int)imin(W8_TOKENS, T - t0), V = nt > 16 ? 2 : 1;
         for (int64_t rb = r0; rb < r1; rb += W8_ROWS) {
             const int64_t rb1 = imin(r1, rb + W8_ROWS);
             memset(acc, 0, sizeof acc);
             for (int64_t c0 = 0; c0 < cols; c0 += W8_COLS) {
                 const int64_t nc = imin(W8_COLS, cols - c0);
                 const int nblk = (int)((nc + 31) / 32);
-                w8_prepare(x + t0 * xstride + c0, xstride, nt, nc, X);
+                w8_prepare(x + t0 * xstride + c0, xstride, nt, nc, K);
                 for (int b = 0; b < nblk; b++)
                     for (int t = 0; t < W8_TOKENS; t++)
-                        xsv[(b * 4 + t / 8) * 8 + t % 8] = t < nt ? xs[(t0 + t) * nb + c0 / 32 + b] : 0.0f;
+                        xsv[b * W8_TOKENS + t] = t < nt ? xs[(t0 + t) * nb + c0 / 32 + b] * 0x1p-15f : 0.0f;
                 for (int64_t r = rb; r < rb1; r += RT) {
                     const int nr = (int)imin(RT, rb1 - r);
                     int64_t ri[RT];
                     tile_rows(r, nr, ri);
-                    __m512i nan = _mm512_setzero_si512();
+                    __mmask64 nan = 0;
+                    uint32_t small[RT];
                     float *ap[RT];
                     for (int i = 0; i < RT; i++) {
                         const uint8_t *row = (const uint8_t *)w->data + ri[i] * cols + c0;
+                        small[i] = 0;
                         for (int v = 0; v < W8_COLS; v += 64) {
                             _mm_prefetch((const char *)(row + v + W8_AHEAD * RT * cols), _MM_HINT_T0);
-                            __m512i z = _mm512_maskz_loadu_epi8(mask64(nc - v), row + v);
-                            nan = _mm512_max_epu8(nan, _mm512_or_si512(z, hb));
-                            _mm512_store_si512(c[i] + v, z);
+                            const __m512i z = _mm512_maskz_loadu_epi8(mask64(nc - v), row + v);
+                            const __m512i m7 = _mm512_and_si512(z, low7);
+                            nan |= _mm512_cmpeq_epi8_mask(m7, low7);
+                            w8_words(z, m7, tab.lo, tab.hi, il0, il1, wq[i] + v);
+                            /* codes 1..0x1F may have Rw != 0: the block takes the second pass */
+                            const __mmask64 sm = _mm512_cmple_epu8_mask(_mm512_sub_epi8(m7, one), below);
+                            if (sm) {
+                                w8_words(z, m7, tab.rw, tab.zero, il0, il1, rw[i] + v);
+                                small[i] |= (uint32_t)((uint32_t)sm != 0) << (v / 32) | (uint32_t)((sm >> 32) != 0) << (v / 32 + 1);
+                            }
                         }
                         row_scales(sc + (ri[i] / w->scale_rows) * nb + c0 / 32, nblk, ws[i]);
                         ap[i] = acc[ri[i] - rb];
                     }
-                    if (_mm512_cmpeq_epi8_mask(nan, _mm512_set1_epi8((char)0xFF))) return 0;
+                    if (nan) return 0;
                     /* a short tile repeats its last row: let the repeats add to a spare row */
                     float spare[W8_TOKENS] __attribute__((aligned(64)));
                     for (int i = nr; i < RT; i++) ap[i] = spare;
-                    switch (G) {
-                    case 1: w8_tile(c, tab, X, xsv, ws, nblk, 1, ap); break;
-                    case 2: w8_tile(c, tab, X, xsv, ws, nblk, 2, ap); break;
-                    case 3: w8_tile(c, tab, X, xsv, ws, nblk, 3, ap); break;
-                    default: w8_tile(c, tab, X, xsv, ws, nblk, 4, ap); break;
-                    }
+                    if (V == 1) w8_tile(wq, rw, small, K, xsv, ws, nblk, 1, ap);
+                    else w8_tile(wq, rw, small, K, xsv, ws, nblk, 2, ap);
                 }
             }
             store_transposed(&acc[0][0], rb1 - rb, W8_TOKENS, nt, y + t0 * ystride + (rb - r0), ystride);
@@ -834,7 +940,7 @@ INL int w4_prepare(const float *x, int64_t xstride, const float *xs, int64_t nb,
             for (int e = 0; e < 4; e++) {
                 const int64_t c = 4 * q + e;
                 __m512 v = c < nc ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, off, x + c, 4) : _mm512_setzero_ps();
-                __m512i k = to_k(v, E4M3_K_MAX, &ok);
+                __m512i k = to_k(v, &ok);
                 sum = _mm512_add_epi32(sum, k);
                 __m512i r, k1 = split_k(k, &r);
                 /* k1 = 256 d1 + d0, d0 in [-128, 127]: d0's byte is k1's low byte */
@@ -1151,7 +1257,7 @@ TGT static void avx512_dense(const weight *w, int64_t r0, int64_t r1, const floa
     avx512_dense_tiles(w, r0, r1, x, xs, T, xstride, y, ystride);
 }
 
-/* fp8 with many tokens: the f64 path; otherwise (or when it declines) the integer tiles */
+/* many tokens: the paths with tokens in the lanes; otherwise (or when they decline) the tiles */
 TGT static void avx512_quant(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
                              int64_t xstride, float *y, int64_t ystride) {
     if (w->type == DT_E4M3 && w->scale && w->cols > 0 && T >= W8_MIN_T &&

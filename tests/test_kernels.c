@@ -251,15 +251,19 @@ static void test_outside_at(const kernel_set *k, int64_t T) {
     check_case(k, &w8, 1, T, q, xs, cols, "e4m3 with a negative NaN code");
     ((uint8_t *)w4.scale)[4 * nb + 1] = 255;
     check_case(k, &w4, 1, T, q, xs, cols, "fp4 with a NaN scale");
-    /* input scales far below any act_quant gives (the fp4 paths fold 2^-10 or 2^-7 into them):
-     * one among normal ones, then all of them, so that their products are what the sums hold */
+    /* input scales far below any act_quant gives (the fp4 paths fold 2^-10 or 2^-7 into them,
+     * fp8 with many tokens 2^-15): one among normal ones, then all of them, so that their
+     * products are what the sums hold */
+    weight w8n = make_weight(K_E4M3_ROW, rows, cols); /* w8 holds NaN codes by now */
     float keep_s = xs[1];
     xs[1] = 0x1.000002p-120f; /* 2^-10 of it is no f32 */
     check_case(k, &w4, 1, T, q, xs, cols, "fp4 with an input scale near 2^-120");
+    check_case(k, &w8n, 1, T, q, xs, cols, "e4m3 with an input scale near 2^-120");
     xs[1] = keep_s;
     float *tiny = guarded((size_t)(T * nb) * sizeof(float));
     for (int64_t i = 0; i < T * nb; i++) tiny[i] = 0x1.000002p-120f;
     check_case(k, &w4, 1, T, q, tiny, cols, "fp4 with input scales near 2^-120");
+    check_case(k, &w8n, 1, T, q, tiny, cols, "e4m3 with input scales near 2^-120");
     /* subnormal weights with denormals flushed (the fp8 path decodes to subnormal f32) */
     weight ws = make_weight(K_E4M3_TILE, rows, cols);
     for (int64_t i = 0; i < rows * cols; i += 3) ((uint8_t *)ws.data)[i] &= 0x87; /* exponent 0 */
