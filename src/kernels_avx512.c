@@ -17,8 +17,9 @@
  * six dot products per 64 weights, lanes holding whole blocks, joined exactly in f64 (see the
  * fp8 section).
  * With 8 tokens or more, both keep integer sums with lanes holding 16 tokens and no horizontal
- * sums: fp4 64 products per VNNI byte instruction (see "quant, fp4, many tokens"), fp8 32 per
- * 16-bit one, each block joined in f64 (see "quant, fp8, many tokens").
+ * sums, 32 products per 16-bit VNNI instruction: fp4's 2w against k' (see "quant, fp4, many
+ * tokens"), fp8's W' against two digits of k, each block joined in f64 (see "quant, fp8, many
+ * tokens").
  * Both: inputs outside the exact range (not k/512 with |k| <= 448 * 512) and NaN weight codes
  * hand the call to a kernel that takes them (in the end the scalar one), which gives the same
  * bits.
@@ -894,154 +895,194 @@ TGT static int w8_quant(const weight *w, int64_t r0, int64_t r1, const float *x,
 
 /* ================================================================ quant, fp4, many tokens
  *
- * The integer sums of the fp4 tiles (weight bytes 2w+12 by VBMI lookup, 12 sum(k) taken off)
- * with lanes holding 16 tokens: the 4 weight bytes of 4 consecutive columns are broadcast to
- * every lane, and each lane's input dword holds one digit of those 4 columns for its token, so
- * one VNNI product makes 64 multiply-adds with no horizontal sum.
+ * With lanes holding 16 tokens, fp4 sums in 16-bit pairs (VPDPWSSD) as fp8 does: a lane's
+ * dword holds two inputs of its token, the row's two weights 2w (integers in [-12, 12]) are
+ * broadcast to every lane, and one instruction makes 32 multiply-adds with no horizontal sum.
+ * An input is k = 512x = 8 k' + r with k' in 16 bits and r in [-4, 3], 0 unless |x| < 1/8
+ * (see the fp4 tiles), so a block's sum(2w k) = 8 sum(2w k') + sum(2w r), the second only over
+ * the pairs where some token of the pass has r != 0, which a per-block mask lists. Both sums
+ * stay below 2^24 (32 * 12 * 28672), and 8 A + Ar, 1024 times the block's exact sum, is
+ * rounded once by the int -> f32 conversion; a block without r takes A alone, its units (2^-7
+ * or 2^-10) riding on the input scale (declined below 2^-116).
  *
- * The inputs are e4m3 values, k = 512x with |k| <= 448 * 512 = 7 * 2^15: 18 bits, three
- * base-256 digits. But k has at most 4 significant bits, and only inputs below 1/8 (tiny next
- * to the 448 their block is scaled to) have any of them in its low 3 bits. So k is split as
- * 8 k' + r with r = k mod 8 in [-4, 3] and k' in two signed base-256 digits: two products per
- * column quad, and a third (of the r bytes) only for the quads where some token's r is not 0,
- * which a per-block mask lists. That takes a third of the VNNI work off, which bounds this
- * loop. A block's sum is (A1 << 11) + (A0 << 3) + Ar, the -12 sum(k) starting Ar; every part
- * stays below 2^31 (|A1| <= 32 * 24 * 113).
- *
- * Inputs of a chunk of W4_COLS columns for 16 tokens are laid out [quad][digit][token][4] with
- * the r bytes [quad][token][4] beside them (24 KB, in L1); rows pass over them 4 at a time,
- * their running f32 sums kept in acc [row][token] until the row block is done. */
+ * A byte of codes holds the columns 2j (low nibble) and 2j+1 (high nibble); the lookups give
+ * all the low nibbles' 2w and all the high ones' as bytes, whose sign extension makes words,
+ * so the pairs are columns (4m, 4m+2) and (4m+1, 4m+3) rather than neighbours. Per 128
+ * columns the slots (dwords) run [low nibbles of columns 0..63][high nibbles of 0..63][the
+ * same for 64..127], each part 16 pairs: block b of the 128 takes slots 32 (b/2) + 8 (b%2)
+ * + [0, 8) and the same plus 16. The inputs are prepared in that order, [slot][token] for 32
+ * tokens with the r dwords beside them (32 KB, in L1); rows pass over them 4 at a time, their
+ * running f32 sums kept in acc [row][token] until the row block is done. */
 
 enum {
     W4_MIN_T = 8,    /* tokens from which fp4 takes this path */
-    W4_COLS = 512,   /* columns per chunk of prepared inputs */
+    W4_COLS = 256,   /* columns per chunk of prepared inputs */
     W4_ROWS = 2048,  /* rows per row block: an expert's down projection in one, its inputs prepared once */
-    W4_TOKENS = 16,  /* tokens per pass: the 16 dword lanes */
+    W4_TOKENS = 32,  /* tokens per pass: 2 vectors of 16 lanes */
 };
 
-/* Prepares nc columns of nt tokens (x at the first token's first column): D [quad][digit]
- * [token][4] the digit bytes of k' (high digit first), R [quad][token][4] the bytes of r,
- * rq [block] the mask of the block's quads with some r not 0, corr [block][token] = -12 sum(k),
- * xsv [block][token] the input scales times 2^-10 (xs at the first token's chunk scales, nb per
- * token). Returns 0 when an input is not k/512 with |k| <= E4M3_K_MAX or a scale is below 2^-116. */
-INL int w4_prepare(const float *x, int64_t xstride, const float *xs, int64_t nb, int nt, int64_t nc, int8_t *D,
-                   int8_t *R, uint8_t *rq, int32_t *corr, float *xsv) {
+/* 2w for each e2m1 code w, repeated over the 64 entries VBMI indexes */
+/* clang-format off */
+static const int8_t FP4_2W[64] = {
+    0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+    0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+};
+/* clang-format on */
+
+/* The first slot of block b's two runs of 8 (the second starts 16 later) */
+INL int w4_slot(int b) { return 32 * (b / 2) + 8 * (b % 2); }
+
+/* The two columns of slot s (in a chunk) */
+INL void w4_slot_cols(int s, int64_t c[2]) {
+    const int64_t base = 64 * (s / 32) + ((s / 16) & 1) + 4 * (s % 16);
+    c[0] = base;
+    c[1] = base + 2;
+}
+
+/* Prepares nc columns of nt tokens (x at the first token's first column): K [slot][token] the
+ * dwords of k' and R [slot][token] those of r, in 16-bit halves, zero past them; rq [block] the
+ * mask of the block's 16 slots (its first run low) with some r != 0 among the tokens, xsv
+ * [block][token] the input scales times 2^-10 (with r) or 2^-7 (xs at the first token's chunk
+ * scales, nb per token). Returns 0 when an input is not k/512 with |k| <= E4M3_K_MAX or a scale
+ * is below 2^-116. */
+INL int w4_prepare(const float *x, int64_t xstride, const float *xs, int64_t nb, int nt, int64_t nc, int32_t *K,
+                   int32_t *R, uint16_t *rq, float *xsv) {
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i off = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)xstride));
-    const __mmask16 m = (__mmask16)(nt >= 16 ? 0xFFFF : (1u << nt) - 1);
-    const __m512i ff = _mm512_set1_epi32(255), h = _mm512_set1_epi32(128);
+    const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
     __mmask16 ok = 0xFFFF;
-    int small = 0;
-    for (int64_t b = 0; b < (nc + 31) / 32; b++) {
-        __m512i sum = _mm512_setzero_si512();
-        unsigned mask = 0;
-        for (int64_t q = 8 * b; q < 8 * b + 8; q++) {
-            __m512i hi = _mm512_setzero_si512(), lo = _mm512_setzero_si512(), rb = _mm512_setzero_si512();
-            for (int e = 0; e < 4; e++) {
-                const int64_t c = 4 * q + e;
-                __m512 v = c < nc ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, off, x + c, 4) : _mm512_setzero_ps();
-                __m512i k = to_k(v, &ok);
-                sum = _mm512_add_epi32(sum, k);
-                __m512i r, k1 = split_k(k, &r);
-                /* k1 = 256 d1 + d0, d0 in [-128, 127]: d0's byte is k1's low byte */
-                hi = _mm512_or_si512(hi, _mm512_slli_epi32(_mm512_and_si512(_mm512_srai_epi32(_mm512_add_epi32(k1, h), 8), ff), 8 * e));
-                lo = _mm512_or_si512(lo, _mm512_slli_epi32(_mm512_and_si512(k1, ff), 8 * e));
-                rb = _mm512_or_si512(rb, _mm512_slli_epi32(_mm512_and_si512(r, ff), 8 * e));
+    const int nblk = (int)((nc + 31) / 32);
+    for (int b = 0; b < nblk; b++) rq[b] = 0;
+    for (int v = 0; v < W4_TOKENS / 16; v++) {
+        const __m512i off = _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(16 * v)), _mm512_set1_epi32((int)xstride));
+        const __mmask16 m = (__mmask16)(nt - 16 * v >= 16 ? 0xFFFF : nt > 16 * v ? (1u << (nt - 16 * v)) - 1 : 0);
+        for (int s = 0; s < W4_COLS / 2; s++) {
+            int64_t c[2];
+            w4_slot_cols(s, c);
+            __m512i k1[2], r[2];
+            for (int e = 0; e < 2; e++) {
+                const __m512 g = c[e] < nc && m ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, off, x + c[e], 4) : _mm512_setzero_ps();
+                k1[e] = split_k(to_k(g, &ok), &r[e]);
             }
-            _mm512_store_si512(D + (q * 2) * 64, hi);
-            _mm512_store_si512(D + (q * 2 + 1) * 64, lo);
-            _mm512_store_si512(R + q * 64, rb);
-            mask |= (unsigned)(_mm512_test_epi32_mask(rb, rb) != 0) << (q - 8 * b);
-        }
-        rq[b] = (uint8_t)mask;
-        _mm512_store_si512(corr + 16 * b, _mm512_mullo_epi32(sum, _mm512_set1_epi32(-12)));
-        for (int t = 0; t < W4_TOKENS; t++) {
-            /* the 2^-10 that turns the integer sum into the block's sum rides on the input scale:
-             * exact (and so the same product) unless the scale is below 2^-116 */
-            const float v = t < nt ? xs[t * nb + b] : 0.0f;
-            small |= fabsf(v) < 0x1p-116f && v != 0.0f;
-            xsv[16 * b + t] = v * 0x1p-10f;
+            const __m512i kk = _mm512_or_si512(_mm512_and_si512(k1[0], lo16), _mm512_slli_epi32(k1[1], 16));
+            const __m512i rr = _mm512_or_si512(_mm512_and_si512(r[0], lo16), _mm512_slli_epi32(r[1], 16));
+            _mm512_store_si512(K + s * W4_TOKENS + 16 * v, kk);
+            _mm512_store_si512(R + s * W4_TOKENS + 16 * v, rr);
+            if (_mm512_test_epi32_mask(rr, rr)) {
+                const int blk = 2 * (s / 32) + (s % 16) / 8, bit = (s % 8) + 8 * ((s / 16) & 1);
+                rq[blk] |= (uint16_t)(1u << bit);
+            }
         }
     }
+    int small = 0;
+    for (int b = 0; b < nblk; b++)
+        for (int t = 0; t < W4_TOKENS; t++) {
+            const float v = t < nt ? xs[t * nb + b] : 0.0f;
+            small |= fabsf(v) < 0x1p-116f && v != 0.0f;
+            xsv[b * W4_TOKENS + t] = v * (rq[b] ? 0x1p-10f : 0x1p-7f);
+        }
     return ok == 0xFFFF && !small;
 }
 
-/* One tile: 4 rows of weight bytes wb[i] (2w+12 in column order, W4_COLS each), nblk blocks;
- * adds each block's scaled product to acc rows in order. */
-INL void w4_tile(const uint8_t wb[RT][W4_COLS], const int8_t *D, const int8_t *R, const uint8_t *rq,
-                 const int32_t *corr, const float *xsv, const float ws[RT][16], int nblk, float *acc[RT]) {
+/* 64 code bytes z -> the 128 words 2w of their columns in slot order (see above) */
+INL void w4_words(__m512i z, __m512i lut, int16_t *out) {
+    const __m512i l = _mm512_permutexvar_epi8(z, lut), h = _mm512_permutexvar_epi8(_mm512_srli_epi16(z, 4), lut);
+    _mm512_store_si512(out, _mm512_cvtepi8_epi16(_mm512_castsi512_si256(l)));
+    _mm512_store_si512(out + 32, _mm512_cvtepi8_epi16(_mm512_castsi512_si256(h)));
+    _mm512_store_si512(out + 64, _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(l, 1)));
+    _mm512_store_si512(out + 96, _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(h, 1)));
+}
+
+/* One tile: 4 rows of words wq[i] (2w in slot order, W4_COLS each), V vectors of 16 tokens,
+ * nblk blocks; adds each block's scaled sum to acc rows in order. */
+INL void w4_tile(const int16_t wq[RT][W4_COLS], const int32_t *K, const int32_t *R, const uint16_t *rq,
+                 const float *xsv, const float ws[RT][16], int nblk, const int V, float *acc[RT]) {
     for (int b = 0; b < nblk; b++) {
-        __m512i a[RT][3];
-        const __m512i c = _mm512_load_si512(corr + 16 * b);
+        const int s0 = w4_slot(b);
+        /* two chains per row and vector (the two runs of slots), joined after: with one, a
+         * single vector of tokens would wait on the instruction's latency */
+        __m512i a[RT][2], a2[RT][2];
 #pragma GCC unroll 4
-        for (int i = 0; i < RT; i++) {
-            a[i][0] = _mm512_setzero_si512();
-            a[i][1] = _mm512_setzero_si512();
-            a[i][2] = c;
-        }
-        const int8_t *Db = D + b * 8 * 2 * 64;
+        for (int i = 0; i < RT; i++) a[i][0] = a[i][1] = a2[i][0] = a2[i][1] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-        for (int q = 0; q < 8; q++) { /* constant trip count: fully unrolled */
-            const __m512i d1 = _mm512_load_si512(Db + (q * 2) * 64), d0 = _mm512_load_si512(Db + (q * 2 + 1) * 64);
+        for (int j = 0; j < 8; j++) { /* constant trip count: fully unrolled */
+            __m512i kv[2], kv2[2];
+#pragma GCC unroll 2
+            for (int v = 0; v < V; v++) {
+                kv[v] = _mm512_load_si512(K + (s0 + j) * W4_TOKENS + 16 * v);
+                kv2[v] = _mm512_load_si512(K + (s0 + 16 + j) * W4_TOKENS + 16 * v);
+            }
 #pragma GCC unroll 4
             for (int i = 0; i < RT; i++) {
-                int32_t w4;
-                memcpy(&w4, wb[i] + 32 * b + 4 * q, 4);
-                const __m512i wv = _mm512_set1_epi32(w4);
-                a[i][0] = _mm512_dpbusd_epi32(a[i][0], wv, d1);
-                a[i][1] = _mm512_dpbusd_epi32(a[i][1], wv, d0);
+                int32_t w2, w2b;
+                memcpy(&w2, wq[i] + 2 * (s0 + j), 4);
+                memcpy(&w2b, wq[i] + 2 * (s0 + 16 + j), 4);
+                const __m512i bw = _mm512_set1_epi32(w2), bw2 = _mm512_set1_epi32(w2b);
+#pragma GCC unroll 2
+                for (int v = 0; v < V; v++) {
+                    a[i][v] = _mm512_dpwssd_epi32(a[i][v], bw, kv[v]);
+                    a2[i][v] = _mm512_dpwssd_epi32(a2[i][v], bw2, kv2[v]);
+                }
             }
         }
-        for (unsigned mq = rq[b]; mq; mq &= mq - 1) {
-            const int q = __builtin_ctz(mq);
-            const __m512i r = _mm512_load_si512(R + (8 * b + q) * 64);
 #pragma GCC unroll 4
-            for (int i = 0; i < RT; i++) {
-                int32_t w4;
-                memcpy(&w4, wb[i] + 32 * b + 4 * q, 4);
-                a[i][2] = _mm512_dpbusd_epi32(a[i][2], _mm512_set1_epi32(w4), r);
+        for (int i = 0; i < RT; i++)
+#pragma GCC unroll 2
+            for (int v = 0; v < V; v++) a[i][v] = _mm512_add_epi32(a[i][v], a2[i][v]);
+        if (rq[b]) { /* the same for every row: the branch follows the inputs */
+            __m512i ar[RT][2];
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) ar[i][0] = ar[i][1] = _mm512_setzero_si512();
+            for (unsigned mq = rq[b]; mq; mq &= mq - 1) {
+                const int j = __builtin_ctz(mq), s = s0 + j % 8 + 16 * (j / 8);
+#pragma GCC unroll 4
+                for (int i = 0; i < RT; i++) {
+                    int32_t w2;
+                    memcpy(&w2, wq[i] + 2 * s, 4);
+                    const __m512i bw = _mm512_set1_epi32(w2);
+#pragma GCC unroll 2
+                    for (int v = 0; v < V; v++)
+                        ar[i][v] = _mm512_dpwssd_epi32(ar[i][v], bw, _mm512_load_si512(R + s * W4_TOKENS + 16 * v));
+                }
             }
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++)
+#pragma GCC unroll 2
+                for (int v = 0; v < V; v++) a[i][v] = _mm512_add_epi32(_mm512_slli_epi32(a[i][v], 3), ar[i][v]);
         }
-        const __m512 xv = _mm512_load_ps(xsv + 16 * b);
 #pragma GCC unroll 4
         for (int i = 0; i < RT; i++) {
-            __m512i u = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(a[i][0], 11), _mm512_slli_epi32(a[i][1], 3)), a[i][2]);
-            __m512 p = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(u), xv), _mm512_set1_ps(ws[i][b]));
-            _mm512_store_ps(acc[i], _mm512_add_ps(_mm512_load_ps(acc[i]), p));
+            const __m512 s = _mm512_set1_ps(ws[i][b]);
+#pragma GCC unroll 2
+            for (int v = 0; v < V; v++) {
+                const __m512 p = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(a[i][v]), _mm512_load_ps(xsv + b * W4_TOKENS + 16 * v)), s);
+                _mm512_store_ps(acc[i] + 16 * v, _mm512_add_ps(_mm512_load_ps(acc[i] + 16 * v), p));
+            }
         }
     }
 }
 
-/* fp4 quant for T >= W4_MIN_T (see above); returns 0 (nothing written) when an input is out
- * of the exact range, for the caller to take another kernel. */
+/* fp4 quant for T >= W4_MIN_T (see above); returns 0 when an input is out of the exact range,
+ * for the caller to take another kernel (which writes every output). */
 TGT static int w4_quant(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
                         int64_t xstride, float *y, int64_t ystride) {
     const int64_t cols = w->cols, nb = (cols + 31) / 32, rowbytes = (cols + 1) / 2;
-    _Alignas(64) int8_t D[W4_COLS / 4 * 2 * 64], R[W4_COLS / 4 * 64];
-    _Alignas(64) uint8_t rq[W4_COLS / 32];
-    _Alignas(64) int32_t corr[W4_COLS / 32 * 16];
-    _Alignas(64) float xsv[W4_COLS / 32 * 16];
+    _Alignas(64) int32_t K[W4_COLS / 2 * W4_TOKENS], R[W4_COLS / 2 * W4_TOKENS];
+    _Alignas(64) uint16_t rq[W4_COLS / 32];
+    _Alignas(64) float xsv[W4_COLS / 32 * W4_TOKENS];
     _Alignas(64) float acc[W4_ROWS][W4_TOKENS];
-    _Alignas(64) uint8_t wb[RT][W4_COLS];
+    _Alignas(64) int16_t wq[RT][W4_COLS];
     _Alignas(64) float ws[RT][16];
-    const __m512i lut = _mm512_loadu_si512(FP4_LUT);
-    /* bytes [lo0, hi0, lo1, hi1, ...] of the first and the second 32 bytes of lo and hi */
-    _Alignas(64) uint8_t ilv[2][64];
-    for (int i = 0; i < 64; i++) {
-        ilv[0][i] = (uint8_t)((i & 1) * 64 + i / 2);
-        ilv[1][i] = (uint8_t)((i & 1) * 64 + 32 + i / 2);
-    }
-    const __m512i il0 = _mm512_load_si512(ilv[0]), il1 = _mm512_load_si512(ilv[1]);
+    const __m512i lut = _mm512_loadu_si512(FP4_2W);
     const uint8_t *sc = w->scale;
     for (int64_t t0 = 0; t0 < T; t0 += W4_TOKENS) {
-        const int nt = (int)imin(W4_TOKENS, T - t0);
+        const int nt = (int)imin(W4_TOKENS, T - t0), V = nt > 16 ? 2 : 1;
         for (int64_t rb = r0; rb < r1; rb += W4_ROWS) {
             const int64_t rb1 = imin(r1, rb + W4_ROWS);
             memset(acc, 0, sizeof acc);
             for (int64_t c0 = 0; c0 < cols; c0 += W4_COLS) {
                 const int64_t nc = imin(W4_COLS, cols - c0), bytes = imin(W4_COLS / 2, rowbytes - c0 / 2);
                 const int nblk = (int)((nc + 31) / 32);
-                if (!w4_prepare(x + t0 * xstride + c0, xstride, xs + t0 * nb + c0 / 32, nb, nt, nc, D, R, rq, corr, xsv))
+                if (!w4_prepare(x + t0 * xstride + c0, xstride, xs + t0 * nb + c0 / 32, nb, nt, nc, K, R, rq, xsv))
                     return 0;
                 for (int64_t r = rb; r < rb1; r += RT) {
                     const int nr = (int)imin(RT, rb1 - r);
@@ -1052,17 +1093,15 @@ TGT static int w4_quant(const weight *w, int64_t r0, int64_t r1, const float *x,
                         const uint8_t *row = (const uint8_t *)w->data + ri[i] * rowbytes + c0 / 2;
                         for (int v = 0; v < W4_COLS / 2; v += 64) {
                             _mm_prefetch((const char *)(row + v + 4 * RT * rowbytes), _MM_HINT_T0);
-                            __m512i z = _mm512_maskz_loadu_epi8(mask64(bytes - v), row + v);
-                            __m512i lo = _mm512_permutexvar_epi8(z, lut), hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(z, 4), lut);
-                            _mm512_store_si512(wb[i] + 2 * v, _mm512_permutex2var_epi8(lo, il0, hi));
-                            _mm512_store_si512(wb[i] + 2 * v + 64, _mm512_permutex2var_epi8(lo, il1, hi));
+                            w4_words(_mm512_maskz_loadu_epi8(mask64(bytes - v), row + v), lut, wq[i] + 2 * v);
                         }
                         row_scales(sc + (ri[i] / w->scale_rows) * nb + c0 / 32, nblk, ws[i]);
                         ap[i] = acc[ri[i] - rb];
                     }
                     float spare[W4_TOKENS] __attribute__((aligned(64)));
                     for (int i = nr; i < RT; i++) ap[i] = spare;
-                    w4_tile(wb, D, R, rq, corr, xsv, ws, nblk, ap);
+                    if (V == 1) w4_tile(wq, K, R, rq, xsv, ws, nblk, 1, ap);
+                    else w4_tile(wq, K, R, rq, xsv, ws, nblk, 2, ap);
                 }
             }
             store_transposed(&acc[0][0], rb1 - rb, W4_TOKENS, nt, y + t0 * ystride + (rb - r0), ystride);
