@@ -621,14 +621,16 @@ INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_
  * A weight w (an e4m3 value) is the integer W = 1024 w, |W| <= 448 * 1024, split as
  * W = 16 W' + Rw with W' = sign (|W| >> 4) in 16 bits and Rw = sign (|W| & 15), which is 0 unless
  * |w| < 1/8 (2^-12 of the 448 a block is scaled to: magnitude codes below 0x20). An input is
- * k = 512 x = 256 kh + kl with kl in [0, 255], so kh fits 16 bits too. Per block,
- *     sum(W k) = 16 (256 H + L) + X,  H = sum(W' kh), L = sum(W' kl), X = sum(Rw k),
- * H and L int32 sums (below 2^30 over 32 columns), X taken in a second pass only over a row's
- * blocks that hold a small code. 256 H + L can pass 2^31, so it is joined in f64 (exact below
- * 2^53) and rounded once to f32, as the reference's f64 sum; the 2^-15 that makes it the block's
- * sum rides on the input scale (declined below 2^-111, where that product would leave f32's
- * normal range). Two instructions per pair of columns make 64 products (an f64 FMA makes 8);
- * the sums' f64 join is the price, once per block.
+ * k = 512 x = 4096 kh + kl with kl in [-2048, 2047] and kh in [-56, 56]. Per block,
+ *     sum(W k) = 16 (4096 H + L) + X,  H = sum(W' kh), L = sum(W' kl), X = sum(Rw k),
+ * H and L int32 sums (|L| <= 32 * 28672 * 2048 < 2^31), X taken in a second pass only over a
+ * row's blocks that hold a small code. S = 4096 H + L can pass 2^31, but with H' = H + (L >> 12)
+ * and L' = L & 4095 it is 4096 H' + L', and while |H'| < 2^24 (|S| below about 2^36, far past
+ * what real sums reach) both are exact in f32 and one FMA rounds S once, as the reference's f64
+ * sum is rounded; otherwise, and in the blocks with X, the join runs in f64. The 2^-15 that
+ * makes S the block's sum rides on the input scale (declined below 2^-111, where that product
+ * would leave f32's normal range). Two instructions per pair of columns make 64 products (an
+ * f64 FMA makes 8); the join is the price, once per block.
  *
  * The inputs of a chunk of W8_COLS columns for 32 tokens are laid out [pair][digit][token]
  * (32 KB, in L1); each tile decodes its 4 rows' codes of the chunk to W' (two 128-entry byte
@@ -708,26 +710,28 @@ INL void w8_words(__m512i z, __m512i m7, const uint8_t *lo, const uint8_t *hi, _
  * [token] the dwords (kh or kl of column 2p, of column 2p+1) in 16-bit halves, zero past them. */
 INL void w8_prepare(const float *x, int64_t xstride, int nt, int64_t nc, int32_t *K) {
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i lo16 = _mm512_set1_epi32(0xFFFF), ff = _mm512_set1_epi32(255);
+    const __m512i lo16 = _mm512_set1_epi32(0xFFFF), half = _mm512_set1_epi32(2048);
     for (int v = 0; v < W8_TOKENS / 16; v++) {
         const __m512i off = _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(16 * v)), _mm512_set1_epi32((int)xstride));
         const __mmask16 m = (__mmask16)(nt - 16 * v >= 16 ? 0xFFFF : nt > 16 * v ? (1u << (nt - 16 * v)) - 1 : 0);
         for (int64_t p = 0; p < W8_COLS / 2; p++) {
-            __m512i k[2];
+            __m512i hi[2], lo[2];
             for (int e = 0; e < 2; e++) {
                 const int64_t c = 2 * p + e;
                 const __m512 g = c < nc && m ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, off, x + c, 4) : _mm512_setzero_ps();
-                k[e] = k_of(g); /* checked before (w8_inputs_ok) */
+                const __m512i k = k_of(g); /* checked before (w8_inputs_ok) */
+                hi[e] = _mm512_srai_epi32(_mm512_add_epi32(k, half), 12);
+                lo[e] = _mm512_sub_epi32(k, _mm512_slli_epi32(hi[e], 12));
             }
-            const __m512i kh = _mm512_or_si512(_mm512_and_si512(_mm512_srai_epi32(k[0], 8), lo16), _mm512_slli_epi32(_mm512_srai_epi32(k[1], 8), 16));
-            const __m512i kl = _mm512_or_si512(_mm512_and_si512(k[0], ff), _mm512_slli_epi32(_mm512_and_si512(k[1], ff), 16));
+            const __m512i kh = _mm512_or_si512(_mm512_and_si512(hi[0], lo16), _mm512_slli_epi32(hi[1], 16));
+            const __m512i kl = _mm512_or_si512(_mm512_and_si512(lo[0], lo16), _mm512_slli_epi32(lo[1], 16));
             _mm512_store_si512(K + (2 * p) * W8_TOKENS + 16 * v, kh);
             _mm512_store_si512(K + (2 * p + 1) * W8_TOKENS + 16 * v, kl);
         }
     }
 }
 
-/* X [i][token] = sum(Rw k) = 256 sum(Rw kh) + sum(Rw kl) over block b (inputs Kb), below 2^27,
+/* X [i][token] = sum(Rw k) = 4096 sum(Rw kh) + sum(Rw kl) over block b (inputs Kb), below 2^27,
  * for the rows i in the mask `rows` (rare: kept out of the tile's registers) */
 TGT __attribute__((noinline)) static void w8_rare(const int16_t rw[RT][W8_COLS], unsigned rows, const int32_t *Kb, int b,
                                                   int V, int32_t X[RT][W8_TOKENS]) {
@@ -742,9 +746,20 @@ TGT __attribute__((noinline)) static void w8_rare(const int16_t rw[RT][W8_COLS],
                 xh = _mm512_dpwssd_epi32(xh, br, _mm512_load_si512(Kb + (2 * j) * W8_TOKENS + 16 * v));
                 xl = _mm512_dpwssd_epi32(xl, br, _mm512_load_si512(Kb + (2 * j + 1) * W8_TOKENS + 16 * v));
             }
-            _mm512_store_si512(X[i] + 16 * v, _mm512_add_epi32(_mm512_slli_epi32(xh, 8), xl));
+            _mm512_store_si512(X[i] + 16 * v, _mm512_add_epi32(_mm512_slli_epi32(xh, 12), xl));
         }
     }
+}
+
+/* S = 4096 H + L (+ X / 16 where X is not NULL) rounded once to f32, in f64 (see above) */
+TGT __attribute__((noinline)) static __m512 w8_join_f64(__m512i H, __m512i L, const int32_t *X) {
+    __m512d d[2];
+    join_pd(H, L, 4096.0, d);
+    if (X)
+        for (int half = 0; half < 2; half++)
+            d[half] = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm256_load_si256((const __m256i *)(X + 8 * half))),
+                                      _mm512_set1_pd(0.0625), d[half]);
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(d[0])), _mm512_cvtpd_ps(d[1]), 1);
 }
 
 /* One tile: 4 rows of words wq[i] (W', W8_COLS each, zero past the matrix) and rw[i] (Rw, valid
@@ -752,7 +767,6 @@ TGT __attribute__((noinline)) static void w8_rare(const int16_t rw[RT][W8_COLS],
  * sum to acc rows in order. */
 INL void w8_tile(const int16_t wq[RT][W8_COLS], const int16_t rw[RT][W8_COLS], const uint32_t small[RT], const int32_t *K,
                  const float *xsv, const float ws[RT][16], int nblk, const int V, float *acc[RT]) {
-    const __m512d k16th = _mm512_set1_pd(0.0625);
     for (int b = 0; b < nblk; b++) {
         const int32_t *Kb = K + 32 * b * W8_TOKENS;
         __m512i h[RT][2], l[RT][2];
@@ -789,15 +803,12 @@ INL void w8_tile(const int16_t wq[RT][W8_COLS], const int16_t rw[RT][W8_COLS], c
             const __m512 s = _mm512_set1_ps(ws[i][b]);
 #pragma GCC unroll 2
             for (int v = 0; v < V; v++) {
-                /* 256 H + L (+ X / 16), exact in f64 */
-                __m512d d[2];
-                join_pd(h[i][v], l[i][v], 256.0, d);
-                if (rare >> i & 1)
-#pragma GCC unroll 2
-                    for (int half = 0; half < 2; half++)
-                        d[half] = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm256_load_si256((const __m256i *)(X[i] + 16 * v + 8 * half))),
-                                                  k16th, d[half]);
-                const __m512 f = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(d[0])), _mm512_cvtpd_ps(d[1]), 1);
+                /* S = 4096 H' + L' with both exact in f32 (see above), or in f64 */
+                const __m512i H = _mm512_add_epi32(h[i][v], _mm512_srai_epi32(l[i][v], 12));
+                const __m512 f = !(rare >> i & 1) && _mm512_cmplt_epu32_mask(_mm512_abs_epi32(H), _mm512_set1_epi32(1 << 24)) == 0xFFFF
+                                     ? _mm512_fmadd_ps(_mm512_cvtepi32_ps(H), _mm512_set1_ps(4096.0f),
+                                                       _mm512_cvtepi32_ps(_mm512_and_si512(l[i][v], _mm512_set1_epi32(4095))))
+                                     : w8_join_f64(h[i][v], l[i][v], rare >> i & 1 ? X[i] + 16 * v : NULL);
                 const __m512 p = _mm512_mul_ps(_mm512_mul_ps(f, _mm512_load_ps(xsv + (b * 2 + v) * 16)), s);
                 _mm512_store_ps(acc[i] + 16 * v, _mm512_add_ps(_mm512_load_ps(acc[i] + 16 * v), p));
             }

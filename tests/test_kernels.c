@@ -242,6 +242,19 @@ static void test_outside_at(const kernel_set *k, int64_t T) {
     for (int64_t i = 0; i < T * cols; i++) coarse[i] = (float)((int64_t)(rnd() % 897) - 448) * 0.5f;
     check_case(k, &w4, 1, T, coarse, xs, cols, "fp4, inputs on a 1/2 grid");
     check_case(k, &w8, 1, T, coarse, xs, cols, "e4m3, inputs on a 1/2 grid");
+    /* the largest sums: inputs and weights in [256, 448], every 8th column of both small (their
+     * products give the sums low bits), rows of one sign beside mixed rows (fp8 with many tokens
+     * joins sums past 2^36 another way) */
+    weight wbig = make_weight(K_E4M3_ROW, rows, cols);
+    float *big = guarded((size_t)(T * cols) * sizeof(float));
+    for (int64_t i = 0; i < T * cols; i++)
+        big[i] = e4m3_to_f32((uint8_t)(i % cols % 8 == 2 ? 0x30 + rnd() % 16 : 0x78 + rnd() % 7));
+    for (int64_t c = 0; c < cols; c++) {
+        uint8_t code = (uint8_t)(c % 8 == 2 ? 0x28 + rnd() % 24 : 0x78 + rnd() % 7);
+        ((uint8_t *)wbig.data)[2 * cols + c] = code;
+        ((uint8_t *)wbig.data)[3 * cols + c] = code | 0x80;
+    }
+    check_case(k, &wbig, 1, T, big, xs, cols, "e4m3, the largest products");
     /* a NaN weight code, and NaN / huge scales */
     ((uint8_t *)w8.data)[5 * cols + 70] = 0x7F;
     check_case(k, &w8, 1, T, q, xs, cols, "e4m3 with a NaN code");
