@@ -711,7 +711,7 @@ INL void w8_words(__m512i z, __m512i m7, const uint8_t *lo, const uint8_t *hi, _
 INL void w8_prepare(const float *x, int64_t xstride, int nt, int64_t nc, int32_t *K) {
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i lo16 = _mm512_set1_epi32(0xFFFF), half = _mm512_set1_epi32(2048);
-    for (int v = 0; v < W8_TOKENS / 16; v++) {
+    for (int v = 0; v < (nt + 15) / 16; v++) { /* the vectors a pass uses */
         const __m512i off = _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(16 * v)), _mm512_set1_epi32((int)xstride));
         const __mmask16 m = (__mmask16)(nt - 16 * v >= 16 ? 0xFFFF : nt > 16 * v ? (1u << (nt - 16 * v)) - 1 : 0);
         for (int64_t p = 0; p < W8_COLS / 2; p++) {
@@ -856,7 +856,7 @@ TGT static int w8_quant(const weight *w, int64_t r0, int64_t r1, const float *x,
         const int nt = (int)imin(W8_TOKENS, T - t0), V = nt > 16 ? 2 : 1;
         for (int64_t rb = r0; rb < r1; rb += W8_ROWS) {
             const int64_t rb1 = imin(r1, rb + W8_ROWS);
-            memset(acc, 0, sizeof acc);
+            memset(acc, 0, (size_t)((rb1 - rb + 3) / 4 * 4) * sizeof acc[0]); /* store_transposed reads 4 rows at a time */
             for (int64_t c0 = 0; c0 < cols; c0 += W8_COLS) {
                 const int64_t nc = imin(W8_COLS, cols - c0);
                 const int nblk = (int)((nc + 31) / 32);
@@ -963,7 +963,7 @@ INL int w4_prepare(const float *x, int64_t xstride, const float *xs, int64_t nb,
     __mmask16 ok = 0xFFFF;
     const int nblk = (int)((nc + 31) / 32);
     for (int b = 0; b < nblk; b++) rq[b] = 0;
-    for (int v = 0; v < W4_TOKENS / 16; v++) {
+    for (int v = 0; v < (nt + 15) / 16; v++) { /* the vectors a pass uses */
         const __m512i off = _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(16 * v)), _mm512_set1_epi32((int)xstride));
         const __mmask16 m = (__mmask16)(nt - 16 * v >= 16 ? 0xFFFF : nt > 16 * v ? (1u << (nt - 16 * v)) - 1 : 0);
         for (int s = 0; s < W4_COLS / 2; s++) {
@@ -1089,7 +1089,7 @@ TGT static int w4_quant(const weight *w, int64_t r0, int64_t r1, const float *x,
         const int nt = (int)imin(W4_TOKENS, T - t0), V = nt > 16 ? 2 : 1;
         for (int64_t rb = r0; rb < r1; rb += W4_ROWS) {
             const int64_t rb1 = imin(r1, rb + W4_ROWS);
-            memset(acc, 0, sizeof acc);
+            memset(acc, 0, (size_t)((rb1 - rb + 3) / 4 * 4) * sizeof acc[0]); /* store_transposed reads 4 rows at a time */
             for (int64_t c0 = 0; c0 < cols; c0 += W4_COLS) {
                 const int64_t nc = imin(W4_COLS, cols - c0), bytes = imin(W4_COLS / 2, rowbytes - c0 / 2);
                 const int nblk = (int)((nc + 31) / 32);
@@ -1222,7 +1222,7 @@ TGT static int wd_dense(const weight *w, int64_t r0, int64_t r1, const float *x,
         for (int64_t rb = r0; rb < r1; rb += WD_ROWS) {
             const int64_t rb1 = imin(r1, rb + WD_ROWS);
             uint8_t nan[WD_ROWS] = {0};
-            memset(acc, 0, sizeof acc);
+            memset(acc, 0, (size_t)((rb1 - rb + 3) / 4 * 4) * sizeof acc[0]); /* store_transposed reads 4 rows at a time */
             for (int64_t c0 = 0; c0 < cols; c0 += WD_COLS) {
                 const int64_t nc = imin(WD_COLS, cols - c0);
                 wd_prepare(x + t0 * xstride + c0, xstride, nt, nc, X);

@@ -288,12 +288,13 @@ static void test_outside_at(const kernel_set *k, int64_t T) {
 }
 
 /* at one token (the decode step) and a few (the tiles), and at more (the paths with tokens in
- * lanes: fp8 and fp4 from 8, dense from 16) */
+ * lanes: fp8 and fp4 from 8, dense from 16; 17 and 40 end in a part-filled vector of 16) */
 static void test_outside(const kernel_set *k) {
     test_outside_at(k, 1);
     test_outside_at(k, 2);
     test_outside_at(k, 9);
     test_outside_at(k, 17);
+    test_outside_at(k, 40);
 }
 
 /* The set's act_quant gives the scalar set's scales and values bit for bit (NaN for NaN). */
