@@ -12,10 +12,10 @@
  * sum((2w+12) k) over each block exactly in int32, the products of r only where some r is not
  * 0; subtracting 12 sum(k) leaves 1024 times the block's exact sum, which one int -> f32
  * conversion rounds once, as the reference's f64 sum rounded to f32.
- * quant, fp8, few tokens: the same integer idea with three base-256 digits for the weight
- * (from byte tables; its sign chooses the input's digits of k or -k) and the same split of k:
- * six dot products per 64 weights, lanes holding whole blocks, joined exactly in f64 (see the
- * fp8 section).
+ * quant, fp8, few tokens: the same integer idea, the weight split like the input (W = 16 W' +
+ * Rw, Rw = 0 unless the weight is below 1/8) with W' in two base-256 digits (from byte tables;
+ * its sign chooses the input's digits of k or -k): four dot products per 64 weights, lanes
+ * holding whole blocks, joined exactly in f64 (see the fp8 section).
  * With 8 tokens or more, both keep integer sums with lanes holding 16 tokens and no horizontal
  * sums, 32 products per 16-bit VNNI instruction: fp4's 2w against k' (see "quant, fp4, many
  * tokens"), fp8's W' against two digits of k, each block joined in f64 (see "quant, fp8, many
@@ -356,18 +356,20 @@ INL void fp4_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t ng, int64_t 
  * Integer dot products. In units of 2^-10 a weight's magnitude is an integer W below 2^19 and
  * in units of 2^-9 an input is an integer k with |k| <= 448 * 512, so a block's sum is an
  * integer below 2^43 (exact in f64) that one conversion rounds to f32 as the reference does.
- * W's three base-256 digits come from 64-entry byte tables indexed by the code's low 6 bits (3
- * exponent, 3 mantissa bits); the high exponent bit only moves the digits one place up (times
- * 256). The weight's sign selects, per byte, the digits of k or of -k, which the input
- * preparation stores side by side, so VNNI's unsigned-by-signed byte products see an unsigned
- * weight.
  *
- * An e4m3 input has 4 significant bits, so k = 8 k' + r with r in [-4, 3] is 0 unless |x| is
- * below 1/8 (2^-12 of the 448 its block is scaled to) and k' fits two signed digits: six
- * products per 64 weights (3 weight digits x 2), where the full k took nine. The vectors of a
- * superblock where some input has r != 0 also take the three products of r, in a second pass
- * (rare, and the same for every row: the branch follows the inputs). Per block, by digit order, g0..g3 stay below 2^31 (|g1| <=
- * 32 * 255 * 240, g3 <= 32 * 7 * 112) and join as L + 2^16 M into the exact f64 sum of W k'.
+ * An e4m3 value has 4 significant bits. So W = 16 W' + Rw with Rw = 0 unless the weight is below
+ * 1/8 (magnitude codes below 0x20, rare next to the 448 a block is scaled to), and W' < 2^15
+ * fits two base-256 digits; likewise k = 8 k' + r with r in [-4, 3], 0 unless |x| < 1/8, and k'
+ * fits two signed digits. The main pass takes the four digit products of W' k' per 64 weights
+ * (the full W and k took nine); the vectors of a superblock where some input has r != 0 take
+ * W' r (the same for every row: the branch follows the inputs) and those where the row has a
+ * small code take Rw k' and Rw r, in a second pass. W's digits come from 64-entry byte tables
+ * indexed by the code's low 6 bits (3 exponent, 3 mantissa bits); the high exponent bit moves
+ * the magnitude up by 256, which picks the tables. The weight's sign selects, per byte, the
+ * digits of k or of -k, which the input preparation stores side by side, so VNNI's
+ * unsigned-by-signed byte products see an unsigned weight. Per block the digit sums stay far
+ * below 2^31 and join in f64 as sum(W k) = 128 (2^16 g2 + 2^8 g1 + g0) + E, E the second pass's
+ * 16 sum(W' r) + 8 sum(Rw k') + sum(Rw r).
  *
  * Lanes hold blocks, not elements, so no block needs a horizontal sum: a superblock is 16
  * blocks (512 bytes of a row) loaded as 8 vectors; 128-bit shuffles gather the first and the
@@ -378,25 +380,25 @@ INL void fp4_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t ng, int64_t 
 /* The block in lane l of a superblock result, and the lane of block b: 4(l%4) + l/4 both ways. */
 static const int32_t FP8_LANE_BLOCK[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
 
-/* Digits of a code's magnitude times 1024, by its low 6 bits: exponent 1..7 gives (8+m) << e,
- * exponent 0 (subnormal) 2m (FP8_LO, FP8_HI); with the high exponent bit set the magnitude is
- * 256 (8+m) << e for the low exponent bits e, whose low byte is FP8_HI_LO and high byte FP8_HI.
- * The NaN codes (high exponent bit and all low bits set) get 255 in FP8_HI_LO, a middle digit
- * no finite code has: the tile keeps the largest middle digit it met instead of testing every
- * code. (Two-source lookups of 128-entry tables would take the 7 bits at once, but they run
- * at half the rate of these.) */
+/* A code's magnitude times 1024, by its low 6 bits (exponent e, mantissa m): V = (8+m) << e,
+ * or 2m for e = 0 (subnormal); with the high exponent bit set it is 256 V', V' = (8+m) << e.
+ * W' = (magnitude >> 4): V >> 4 (FP8_MID) without the high bit; with it the low digit
+ * (V' & 15) << 4 (FP8_LOW4) and the high digit V' >> 4, which is FP8_MID again. FP8_RW is
+ * Rw = V & 15 (the high bit set, it is 0). The NaN codes (high exponent bit and all low bits
+ * set) get 255 in FP8_LOW4, a low digit no finite code has: the tile keeps the largest low digit
+ * it met instead of testing every code. (Two-source lookups of 128-entry tables would take the 7
+ * bits at once, but they run at half the rate of these.) */
 /* clang-format off */
-static const uint8_t FP8_LO[64] = {
-    0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 36, 40, 44, 48, 52, 56, 60, 64, 72, 80, 88, 96,
-    104, 112, 120, 128, 144, 160, 176, 192, 208, 224, 240, 0, 32, 64, 96, 128, 160, 192, 224, 0, 64, 128, 192, 0, 64,
-    128, 192, 0, 128, 0, 128, 0, 128, 0, 128};
-static const uint8_t FP8_HI_LO[64] = {
-    8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 20, 22, 24, 26, 28, 30, 32, 36, 40, 44, 48, 52, 56, 60, 64, 72, 80, 88, 96,
-    104, 112, 120, 128, 144, 160, 176, 192, 208, 224, 240, 0, 32, 64, 96, 128, 160, 192, 224, 0, 64, 128, 192, 0, 64,
-    128, 192, 0, 128, 0, 128, 0, 128, 0, 255};
-static const uint8_t FP8_HI[64] = {
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7};
+static const uint8_t FP8_MID[64] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 9, 10, 11, 12, 13,
+    14, 15, 16, 18, 20, 22, 24, 26, 28, 30, 32, 36, 40, 44, 48, 52, 56, 60, 64, 72, 80, 88, 96, 104, 112, 120};
+static const uint8_t FP8_LOW4[64] = {
+    128, 144, 160, 176, 192, 208, 224, 240, 0, 32, 64, 96, 128, 160, 192, 224, 0, 64, 128, 192, 0, 64, 128, 192, 0, 128,
+    0, 128, 0, 128, 0, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    255};
+static const uint8_t FP8_RW[64] = {
+    0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14, 0, 4, 8, 12, 0, 4, 8, 12, 0, 8, 0, 8, 0, 8, 0, 8, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 /* clang-format on */
 
 /* Four rows of dwords a, b, c, d -> per 128-bit lane, out[s] = [a_s, b_s, c_s, d_s] */
@@ -480,88 +482,88 @@ INL void join_pd(__m512i hi, __m512i lo, double scale, __m512d v[2]) {
                            _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(lo, 1)));
 }
 
-/* A superblock vector's weight digits, low first, by the tables tab (FP8_LO, FP8_HI_LO, FP8_HI) */
-INL void fp8_digits(__m512i u, const __m512i tab[3], __m512i d[3]) {
+/* A superblock vector's digits of W', low first, by the tables tab (FP8_MID, FP8_LOW4) */
+INL void fp8_digits(__m512i u, const __m512i tab[3], __m512i d[2]) {
     const __mmask64 e3 = _mm512_test_epi8_mask(u, _mm512_set1_epi8(0x40));
-    const __m512i h = _mm512_permutexvar_epi8(u, tab[2]);
-    d[0] = _mm512_maskz_permutexvar_epi8(~e3, u, tab[0]);
-    d[1] = _mm512_mask_permutexvar_epi8(h, e3, u, tab[1]);
-    d[2] = _mm512_maskz_mov_epi8(e3, h);
+    const __m512i mid = _mm512_permutexvar_epi8(u, tab[0]);
+    d[0] = _mm512_mask_permutexvar_epi8(mid, e3, u, tab[1]);
+    d[1] = _mm512_maskz_mov_epi8(e3, mid);
 }
 
 /* One row's superblock u[8] (transposed codes) against nt tokens' prepared superblock sb:
  * P[t][row] = each block's sum of products, rounded once, times the input and weight scales.
  * One token keeps a separate sum per digit pair (short dependency chains); more keep one per
- * digit order. The products of r run in a second pass, only over the vectors that hold some. */
+ * digit order. The products of r and of Rw run in a second pass, only over the vectors that
+ * hold some. */
 INL void fp8_superblock(const __m512i u[8], const __m512i tab[3], const prep_u *pp, int64_t sb, const int nt, __m512 ws,
                         __m512i *nan, float P[TT][RT][16], int row) {
-    __m512i A[TT][6];
+    const __m512i hi2 = _mm512_set1_epi8(0x60); /* magnitude codes below 0x20 have both clear */
+    __m512i A[TT][4];
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
-#pragma GCC unroll 6
-        for (int k = 0; k < 6; k++) A[t][k] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) A[t][k] = _mm512_setzero_si512();
+    unsigned small = 0; /* the vectors s with a code whose Rw may not be 0 */
 #pragma GCC unroll 8
     for (int s = 0; s < 8; s++) {
         const __mmask64 neg = _mm512_movepi8_mask(u[s]);
-        __m512i d[3];
+        __m512i d[2];
         fp8_digits(u[s], tab, d);
-        *nan = _mm512_max_epu8(*nan, d[1]);
+        *nan = _mm512_max_epu8(*nan, d[0]);
+        small |= (unsigned)(_mm512_testn_epi8_mask(u[s], hi2) != 0) << s;
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) {
             const int8_t(*X)[64] = pp[t].p8.x[sb][s];
             const __m512i x0 = _mm512_mask_blend_epi8(neg, _mm512_load_si512(X[0]), _mm512_load_si512(X[2]));
             const __m512i x1 = _mm512_mask_blend_epi8(neg, _mm512_load_si512(X[1]), _mm512_load_si512(X[3]));
-#pragma GCC unroll 3
-            for (int a = 0; a < 3; a++) {
-                const int k0 = nt == 1 ? 2 * a : a, k1 = nt == 1 ? 2 * a + 1 : a + 1;
-                A[t][k0] = _mm512_dpbusd_epi32(A[t][k0], d[a], x0);
-                A[t][k1] = _mm512_dpbusd_epi32(A[t][k1], d[a], x1);
-            }
+            A[t][0] = _mm512_dpbusd_epi32(A[t][0], d[0], x0);
+            A[t][1] = _mm512_dpbusd_epi32(A[t][1], d[0], x1);
+            if (nt == 1) A[t][2] = _mm512_dpbusd_epi32(A[t][2], d[1], x0);
+            else A[t][1] = _mm512_dpbusd_epi32(A[t][1], d[1], x0);
+            A[t][3] = _mm512_dpbusd_epi32(A[t][3], d[1], x1);
         }
     }
     __m512d v[TT][2];
 #pragma GCC unroll 4
-    for (int t = 0; t < nt; t++) {
-        __m512i g[4];
-        if (nt == 1) {
-            g[0] = A[0][0];
-            g[1] = _mm512_add_epi32(A[0][1], A[0][2]);
-            g[2] = _mm512_add_epi32(A[0][3], A[0][4]);
-            g[3] = A[0][5];
-        } else {
-            for (int k = 0; k < 4; k++) g[k] = A[t][k];
-        }
-        join_pd(_mm512_add_epi32(g[2], _mm512_slli_epi32(g[3], 8)), _mm512_add_epi32(g[0], _mm512_slli_epi32(g[1], 8)),
-                65536.0, v[t]); /* sum of W k' */
-    }
-    float unit = 0x1p-16f; /* 8 (k = 8 k' + r) times 2^-19 (the units of W and k) */
+    for (int t = 0; t < nt; t++) /* sum of W' k' */
+        join_pd(A[t][3], _mm512_add_epi32(A[t][0], _mm512_slli_epi32(_mm512_add_epi32(A[t][1], A[t][2]), 8)), 65536.0, v[t]);
+    float unit = 0x1p-12f; /* 128 (W = 16 W' + Rw, k = 8 k' + r) times 2^-19 (the units of W and k) */
     unsigned with_r = 0; /* the vectors s where some token has an r that is not 0 */
     for (int t = 0; t < nt; t++) with_r |= pp[t].p8.r[sb];
-    if (with_r) {
-        __m512i H[TT][3];
+    if (with_r | small) {
+        __m512i E[TT][5]; /* sums of W' r (two digits), Rw k' (two digits), Rw r */
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++)
-#pragma GCC unroll 3
-            for (int a = 0; a < 3; a++) H[t][a] = _mm512_setzero_si512();
-        for (; with_r; with_r &= with_r - 1) {
-            const int s = __builtin_ctz(with_r);
+#pragma GCC unroll 5
+            for (int k = 0; k < 5; k++) E[t][k] = _mm512_setzero_si512();
+        for (unsigned m = with_r | small; m; m &= m - 1) {
+            const int s = __builtin_ctz(m), has_r = with_r >> s & 1, has_rw = small >> s & 1;
             const __mmask64 neg = _mm512_movepi8_mask(u[s]);
-            __m512i d[3];
+            __m512i d[2];
             fp8_digits(u[s], tab, d);
+            const __m512i rw = _mm512_maskz_permutexvar_epi8(_mm512_testn_epi8_mask(u[s], hi2), u[s], tab[2]);
 #pragma GCC unroll 4
             for (int t = 0; t < nt; t++) {
                 const int8_t(*X)[64] = pp[t].p8.x[sb][s];
                 const __m512i xr = _mm512_mask_blend_epi8(neg, _mm512_load_si512(X[4]), _mm512_load_si512(X[5]));
-#pragma GCC unroll 3
-                for (int a = 0; a < 3; a++) H[t][a] = _mm512_dpbusd_epi32(H[t][a], d[a], xr);
+                if (has_r) {
+                    E[t][0] = _mm512_dpbusd_epi32(E[t][0], d[0], xr);
+                    E[t][1] = _mm512_dpbusd_epi32(E[t][1], d[1], xr);
+                }
+                if (has_rw) {
+                    E[t][2] = _mm512_dpbusd_epi32(E[t][2], rw, _mm512_mask_blend_epi8(neg, _mm512_load_si512(X[0]), _mm512_load_si512(X[2])));
+                    E[t][3] = _mm512_dpbusd_epi32(E[t][3], rw, _mm512_mask_blend_epi8(neg, _mm512_load_si512(X[1]), _mm512_load_si512(X[3])));
+                    E[t][4] = _mm512_dpbusd_epi32(E[t][4], rw, xr);
+                }
             }
         }
 #pragma GCC unroll 4
-        for (int t = 0; t < nt; t++) {
-            __m512d r[2];
-            join_pd(H[t][2], _mm512_add_epi32(H[t][0], _mm512_slli_epi32(H[t][1], 8)), 65536.0, r); /* sum of W r */
-            v[t][0] = _mm512_fmadd_pd(v[t][0], _mm512_set1_pd(8.0), r[0]);
-            v[t][1] = _mm512_fmadd_pd(v[t][1], _mm512_set1_pd(8.0), r[1]);
+        for (int t = 0; t < nt; t++) { /* E = 16 sum(W' r) + 8 sum(Rw k') + sum(Rw r), below 2^28 */
+            const __m512i e = _mm512_add_epi32(
+                _mm512_add_epi32(_mm512_slli_epi32(E[t][0], 4), _mm512_slli_epi32(E[t][1], 12)),
+                _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(E[t][2], 3), _mm512_slli_epi32(E[t][3], 11)), E[t][4]));
+            v[t][0] = _mm512_fmadd_pd(v[t][0], _mm512_set1_pd(128.0), _mm512_cvtepi32_pd(_mm512_castsi512_si256(e)));
+            v[t][1] = _mm512_fmadd_pd(v[t][1], _mm512_set1_pd(128.0), _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(e, 1)));
         }
         unit = 0x1p-19f;
     }
@@ -581,8 +583,8 @@ INL void fp8_superblock(const __m512i u[8], const __m512i tab[3], const prep_u *
  * the blocks are added in order. */
 INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_t nblk, const uint8_t *const sp[RT],
                  const prep_u *pp, const int nt, __m128 acc[TT]) {
-    const __m512i tab[3] = {_mm512_loadu_si512(FP8_LO), _mm512_loadu_si512(FP8_HI_LO), _mm512_loadu_si512(FP8_HI)};
-    __m512i nan = _mm512_setzero_si512(); /* the largest middle digit: 255 only for a NaN code */
+    const __m512i tab[3] = {_mm512_loadu_si512(FP8_MID), _mm512_loadu_si512(FP8_LOW4), _mm512_loadu_si512(FP8_RW)};
+    __m512i nan = _mm512_setzero_si512(); /* the largest low digit: 255 only for a NaN code */
     const int64_t nsbs = (nblk + 15) / 16;
     _Alignas(64) float P[FP8V_CHUNK / 16][TT][RT][16];
     __m512 ws[FP8V_CHUNK / 16];
