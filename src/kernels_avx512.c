@@ -635,9 +635,9 @@ INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_
  * f64 FMA makes 8); the join is the price, once per block.
  *
  * The inputs of a chunk of W8_COLS columns for 32 tokens are laid out [pair][digit][token]
- * (32 KB, in L1); each tile decodes its 4 rows' codes of the chunk to W' (two 128-entry byte
- * tables by the code's low 7 bits, the sign applied after) and passes over the inputs, the rows'
- * running f32 sums kept in acc [row][token] (L2) until the row block is done. */
+ * (32 KB, in L1); each tile decodes its 4 rows' codes of the chunk to W' (the few-token tile's
+ * digits, the sign applied after) and passes over the inputs, the rows' running f32 sums kept in
+ * acc [row][token] (L2) until the row block is done. */
 
 /* The e8m0 scales s [n] (n <= 16) of one row's blocks as f32, into out [16]. */
 INL void row_scales(const uint8_t *s, int64_t n, float *out) {
@@ -676,33 +676,9 @@ enum {
     W8_AHEAD = 4,    /* tiles ahead that the weights are prefetched */
 };
 
-/* Byte tables of a code's magnitude (its low 7 bits) in units of 2^-10: the low and high byte
- * of |W| >> 4, and of |W| & 15 (high bytes all 0). The NaN code 0x7F gets 0 (the tiles test for
- * it). */
-typedef struct {
-    _Alignas(64) uint8_t lo[128], hi[128], rw[128], zero[128];
-} w8_tables;
-
-static void w8_tables_fill(w8_tables *t) {
-    for (int c = 0; c < 128; c++) {
-        const int32_t W = c == 0x7F ? 0 : (int32_t)(e4m3_to_f32((uint8_t)c) * 1024.0f);
-        t->lo[c] = (uint8_t)((W >> 4) & 255);
-        t->hi[c] = (uint8_t)(W >> 12);
-        t->rw[c] = (uint8_t)(W & 15);
-        t->zero[c] = 0;
-    }
-}
-
-/* A 128-entry byte lookup (the index's bit 6 picks the table's second half) */
-INL __m512i lookup128(const uint8_t *tab, __m512i idx) {
-    return _mm512_permutex2var_epi8(_mm512_load_si512(tab), idx, _mm512_load_si512(tab + 64));
-}
-
-/* 64 codes z -> their 64 words (two vectors, in column order) from the byte tables lo and hi,
- * negated where the code's sign is set */
-INL void w8_words(__m512i z, __m512i m7, const uint8_t *lo, const uint8_t *hi, __m512i il0, __m512i il1, int16_t *out) {
-    const __m512i l = lookup128(lo, m7), h = lookup128(hi, m7);
-    const __mmask64 neg = _mm512_movepi8_mask(z);
+/* 64 weights' low and high bytes l and h -> their 64 words (two vectors, in column order),
+ * negated where neg */
+INL void w8_words(__m512i l, __m512i h, __mmask64 neg, __m512i il0, __m512i il1, int16_t *out) {
     const __m512i w0 = _mm512_permutex2var_epi8(l, il0, h), w1 = _mm512_permutex2var_epi8(l, il1, h);
     _mm512_store_si512(out, _mm512_mask_sub_epi16(w0, (__mmask32)neg, _mm512_setzero_si512(), w0));
     _mm512_store_si512(out + 32, _mm512_mask_sub_epi16(w1, (__mmask32)(neg >> 32), _mm512_setzero_si512(), w1));
@@ -838,8 +814,7 @@ TGT static int w8_quant(const weight *w, int64_t r0, int64_t r1, const float *x,
                         int64_t xstride, float *y, int64_t ystride) {
     const int64_t cols = w->cols, nb = (cols + 31) / 32;
     if (!w8_inputs_ok(x, xs, cols, T, xstride)) return 0;
-    w8_tables tab;
-    w8_tables_fill(&tab);
+    const __m512i tab[3] = {_mm512_loadu_si512(FP8_MID), _mm512_loadu_si512(FP8_LOW4), _mm512_loadu_si512(FP8_RW)};
     _Alignas(64) int32_t K[W8_COLS * W8_TOKENS];
     _Alignas(64) float xsv[W8_COLS / 32 * W8_TOKENS];
     _Alignas(64) float acc[W8_ROWS][W8_TOKENS];
@@ -852,7 +827,7 @@ TGT static int w8_quant(const weight *w, int64_t r0, int64_t r1, const float *x,
         ilv[1][i] = (uint8_t)((i & 1) * 64 + 32 + i / 2);
     }
     const __m512i il0 = _mm512_load_si512(ilv[0]), il1 = _mm512_load_si512(ilv[1]);
-    const __m512i low7 = _mm512_set1_epi8(0x7F), one = _mm512_set1_epi8(1), below = _mm512_set1_epi8(0x1F);
+    const __m512i low7 = _mm512_set1_epi8(0x7F), hi2 = _mm512_set1_epi8(0x60);
     const uint8_t *sc = w->scale;
     for (int64_t t0 = 0; t0 < T; t0 += W8_TOKENS) {
         const int nt = (int)imin(W8_TOKENS, T - t0), V = nt > 16 ? 2 : 1;
@@ -870,7 +845,7 @@ TGT static int w8_quant(const weight *w, int64_t r0, int64_t r1, const float *x,
                     const int nr = (int)imin(RT, rb1 - r);
                     int64_t ri[RT];
                     tile_rows(r, nr, ri);
-                    __mmask64 nan = 0;
+                    __m512i nan = _mm512_setzero_si512(); /* the largest low digit: 255 only for a NaN code */
                     uint32_t small[RT];
                     float *ap[RT];
                     for (int i = 0; i < RT; i++) {
@@ -879,20 +854,22 @@ TGT static int w8_quant(const weight *w, int64_t r0, int64_t r1, const float *x,
                         for (int v = 0; v < W8_COLS; v += 64) {
                             _mm_prefetch((const char *)(row + v + W8_AHEAD * RT * cols), _MM_HINT_T0);
                             const __m512i z = _mm512_maskz_loadu_epi8(mask64(nc - v), row + v);
-                            const __m512i m7 = _mm512_and_si512(z, low7);
-                            nan |= _mm512_cmpeq_epi8_mask(m7, low7);
-                            w8_words(z, m7, tab.lo, tab.hi, il0, il1, wq[i] + v);
-                            /* codes 1..0x1F may have Rw != 0: the block takes the second pass */
-                            const __mmask64 sm = _mm512_cmple_epu8_mask(_mm512_sub_epi8(m7, one), below);
+                            const __mmask64 neg = _mm512_movepi8_mask(z);
+                            __m512i d[2];
+                            fp8_digits(z, tab, d);
+                            nan = _mm512_max_epu8(nan, d[0]);
+                            w8_words(d[0], d[1], neg, il0, il1, wq[i] + v);
+                            /* magnitude codes 1..0x1F may have Rw != 0: the block takes the second pass */
+                            const __mmask64 sm = _mm512_testn_epi8_mask(z, hi2) & _mm512_test_epi8_mask(z, low7);
                             if (sm) {
-                                w8_words(z, m7, tab.rw, tab.zero, il0, il1, rw[i] + v);
+                                w8_words(_mm512_maskz_permutexvar_epi8(sm, z, tab[2]), _mm512_setzero_si512(), neg, il0, il1, rw[i] + v);
                                 small[i] |= (uint32_t)((uint32_t)sm != 0) << (v / 32) | (uint32_t)((sm >> 32) != 0) << (v / 32 + 1);
                             }
                         }
                         row_scales(sc + (ri[i] / w->scale_rows) * nb + c0 / 32, nblk, ws[i]);
                         ap[i] = acc[ri[i] - rb];
                     }
-                    if (nan) return 0;
+                    if (_mm512_cmpeq_epi8_mask(nan, _mm512_set1_epi8((char)0xFF))) return 0;
                     /* a short tile repeats its last row: let the repeats add to a spare row */
                     float spare[W8_TOKENS] __attribute__((aligned(64)));
                     for (int i = nr; i < RT; i++) ap[i] = spare;
