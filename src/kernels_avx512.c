@@ -639,6 +639,16 @@ INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_
  * digits, the sign applied after) and passes over the inputs, the rows' running f32 sums kept in
  * acc [row][token] (L2) until the row block is done. */
 
+/* The gather offsets of 16 tokens' rows (lane t: t xstride), and the mask of the tokens of
+ * vector v (tokens 16v..16v+15) among nt */
+INL __m512i token_offsets(int64_t xstride) {
+    return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)xstride));
+}
+INL __mmask16 token_mask(int nt, int v) {
+    const int left = nt - 16 * v;
+    return left >= 16 ? 0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+}
+
 /* The e8m0 scales s [n] (n <= 16) of one row's blocks as f32, into out [16]. */
 INL void row_scales(const uint8_t *s, int64_t n, float *out) {
     _mm512_storeu_ps(out, e8m0_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask16(n), s))));
@@ -687,16 +697,16 @@ INL void w8_words(__m512i l, __m512i h, __mmask64 neg, __m512i il0, __m512i il1,
 /* Prepares nc columns of nt tokens (x at the first token's first column): K [pair][digit]
  * [token] the dwords (kh or kl of column 2p, of column 2p+1) in 16-bit halves, zero past them. */
 INL void w8_prepare(const float *x, int64_t xstride, int nt, int64_t nc, int32_t *K) {
-    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i off = token_offsets(xstride);
     const __m512i lo16 = _mm512_set1_epi32(0xFFFF), half = _mm512_set1_epi32(2048);
     for (int v = 0; v < (nt + 15) / 16; v++) { /* the vectors a pass uses */
-        const __m512i off = _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(16 * v)), _mm512_set1_epi32((int)xstride));
-        const __mmask16 m = (__mmask16)(nt - 16 * v >= 16 ? 0xFFFF : nt > 16 * v ? (1u << (nt - 16 * v)) - 1 : 0);
+        const __mmask16 m = token_mask(nt, v);
+        const float *xv = x + 16 * v * xstride;
         for (int64_t p = 0; p < W8_COLS / 2; p++) {
             __m512i hi[2], lo[2];
             for (int e = 0; e < 2; e++) {
                 const int64_t c = 2 * p + e;
-                const __m512 g = c < nc && m ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, off, x + c, 4) : _mm512_setzero_ps();
+                const __m512 g = c < nc ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, off, xv + c, 4) : _mm512_setzero_ps();
                 const __m512i k = k_of(g); /* checked before (w8_inputs_ok) */
                 hi[e] = _mm512_srai_epi32(_mm512_add_epi32(k, half), 12);
                 lo[e] = _mm512_sub_epi32(k, _mm512_slli_epi32(hi[e], 12));
@@ -937,20 +947,19 @@ INL void w4_slot_cols(int s, int64_t c[2]) {
  * is below 2^-116. */
 INL int w4_prepare(const float *x, int64_t xstride, const float *xs, int64_t nb, int nt, int64_t nc, int32_t *K,
                    int32_t *R, uint16_t *rq, float *xsv) {
-    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+    const __m512i off = token_offsets(xstride), lo16 = _mm512_set1_epi32(0xFFFF);
     __mmask16 ok = 0xFFFF;
     const int nblk = (int)((nc + 31) / 32);
     for (int b = 0; b < nblk; b++) rq[b] = 0;
     for (int v = 0; v < (nt + 15) / 16; v++) { /* the vectors a pass uses */
-        const __m512i off = _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(16 * v)), _mm512_set1_epi32((int)xstride));
-        const __mmask16 m = (__mmask16)(nt - 16 * v >= 16 ? 0xFFFF : nt > 16 * v ? (1u << (nt - 16 * v)) - 1 : 0);
+        const __mmask16 m = token_mask(nt, v);
+        const float *xv = x + 16 * v * xstride;
         for (int s = 0; s < W4_COLS / 2; s++) {
             int64_t c[2];
             w4_slot_cols(s, c);
             __m512i k1[2], r[2];
             for (int e = 0; e < 2; e++) {
-                const __m512 g = c[e] < nc && m ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, off, x + c[e], 4) : _mm512_setzero_ps();
+                const __m512 g = c[e] < nc ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, off, xv + c[e], 4) : _mm512_setzero_ps();
                 k1[e] = split_k(to_k(g, &ok), &r[e]);
             }
             const __m512i kk = _mm512_or_si512(_mm512_and_si512(k1[0], lo16), _mm512_slli_epi32(k1[1], 16));
@@ -1124,11 +1133,9 @@ enum {
 
 /* X [WD_COLS][WD_TOKENS] = nc columns of nt tokens (x at the first token's first column) */
 INL void wd_prepare(const float *x, int64_t xstride, int nt, int64_t nc, float *X) {
-    const __m512i off = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32((int)xstride));
+    const __m512i off = token_offsets(xstride);
     for (int g = 0; g < WD_TOKENS / 16; g++) {
-        const int left = nt - 16 * g;
-        const __mmask16 m = left >= 16 ? 0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+        const __mmask16 m = token_mask(nt, g);
         for (int64_t j = 0; j < WD_COLS; j++)
             _mm512_store_ps(X + j * WD_TOKENS + 16 * g,
                             j < nc ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, off, x + 16 * g * xstride + j, 4)
