@@ -482,6 +482,11 @@ INL void join_pd(__m512i hi, __m512i lo, double scale, __m512d v[2]) {
                            _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(lo, 1)));
 }
 
+/* The two f64 halves of 16 lanes, each rounded once to f32 */
+INL __m512 round_pd(const __m512d v[2]) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(v[0])), _mm512_cvtpd_ps(v[1]), 1);
+}
+
 /* A superblock vector's digits of W', low first, by the tables tab (FP8_MID, FP8_LOW4) */
 INL void fp8_digits(__m512i u, const __m512i tab[3], __m512i d[2]) {
     const __mmask64 e3 = _mm512_test_epi8_mask(u, _mm512_set1_epi8(0x40));
@@ -569,7 +574,7 @@ INL void fp8_superblock(const __m512i u[8], const __m512i tab[3], const prep_u *
     }
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++) {
-        __m512 part = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(v[t][0])), _mm512_cvtpd_ps(v[t][1]), 1);
+        __m512 part = round_pd(v[t]);
         part = _mm512_mul_ps(part, _mm512_set1_ps(unit)); /* exact: the integer sum is at least 1 */
         _mm512_store_ps(P[t][row], _mm512_mul_ps(_mm512_mul_ps(part, _mm512_load_ps(pp[t].p8.xs[sb])), ws));
     }
@@ -747,7 +752,7 @@ TGT __attribute__((noinline)) static __m512 w8_join_f64(__m512i H, __m512i L, co
         for (int half = 0; half < 2; half++)
             d[half] = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm256_load_si256((const __m256i *)(X + 8 * half))),
                                       _mm512_set1_pd(0.0625), d[half]);
-    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(d[0])), _mm512_cvtpd_ps(d[1]), 1);
+    return round_pd(d);
 }
 
 /* One tile: 4 rows of words wq[i] (W', W8_COLS each, zero past the matrix) and rw[i] (Rw, valid
