@@ -30,6 +30,18 @@ build/libdsv41.a: $(LIB_OBJ)
 dsv41: $(wildcard cli/*.c cli/*.h) build/libdsv41.a
 	$(CC) $(CFLAGS) $(wildcard cli/*.c) build/libdsv41.a $(LDLIBS) $(CLI_LDLIBS) -o $@
 
+# dsv41-mpi: the same program with the model split across MPI ranks (`make dsv41-mpi`, needs
+# mpicc). mpi/main.c starts MPI and runs the command line on rank 0, so the CLI's main is
+# compiled under another name; nothing else in cli/ knows about MPI.
+MPICC ?= mpicc
+CLI_SRC = $(wildcard cli/*.c)
+
+build/mpi_cli_%.o: cli/%.c $(wildcard cli/*.h) include/dsv41.h | build
+	$(CC) $(CFLAGS) -Dmain=dsv41_cli_main -c $< -o $@
+
+dsv41-mpi: mpi/main.c $(CLI_SRC:cli/%.c=build/mpi_cli_%.o) build/libdsv41.a
+	$(MPICC) $(CFLAGS) mpi/main.c $(CLI_SRC:cli/%.c=build/mpi_cli_%.o) build/libdsv41.a $(LDLIBS) $(CLI_LDLIBS) -o $@
+
 build/test_%: tests/test_%.c tests/testing.h build/libdsv41.a
 	$(CC) $(CFLAGS) $< build/libdsv41.a $(LDLIBS) -o $@
 
@@ -40,6 +52,6 @@ test: dsv41 $(TESTS)
 	tests/run.sh $(TESTS)
 
 clean:
-	rm -rf build dsv41
+	rm -rf build dsv41 dsv41-mpi
 
 .PHONY: all test clean

@@ -15,6 +15,7 @@
 #include <arm_neon.h>
 #endif
 
+#include "dist.h"
 #include "kernels.h"
 #include "pool.h"
 
@@ -34,7 +35,7 @@ static void triad_range(void *ctx, int64_t b, int64_t e) {
 }
 
 /* best of 5 passes of a[i] = b[i] + s*c[i] over 3 x 128 MiB, counting 24 bytes per element */
-static double triad_gbps(void) {
+double bench_triad_gbps(void) {
     int64_t n = 16 << 20;
     triad_job j = {malloc((size_t)n * 8), malloc((size_t)n * 8), malloc((size_t)n * 8)};
     if (!j.a || !j.b || !j.c) { free(j.a); free(j.b); free(j.c); return 0.0; }
@@ -194,6 +195,46 @@ static double kv_bytes_per_token(const config *c) {
     return b;
 }
 
+double bench_peak_rss(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss * 1024.0;
+}
+
+/* A model split across ranks: each rank's triad (all at once), peak memory, weights read and
+ * bytes sent per decoded token (8 steps after a 16-token prefill). */
+static int report_ranks(const dsv41_model *m, int json, FILE *out) {
+    int32_t K = m->part.n_ranks, V = m->cfg.vocab_size, steps = 8, ids[16];
+    rank_report *before = calloc((size_t)K, sizeof *before), *after = calloc((size_t)K, sizeof *after);
+    float *logits = malloc((size_t)V * sizeof *logits);
+    dsv41_session *s = dsv41_session_new(m);
+    int rc = before && after && logits && s ? 0 : set_error("bench: out of memory");
+    for (int32_t i = 0; i < 16; i++) ids[i] = (int32_t)((i * 7919 + 3) % V);
+    if (rc == 0 && 16 + steps <= m->cfg.max_seq_len) {
+        rc = dsv41_session_forward(s, ids, 16, logits, NULL);
+        dist_report(m, 0, before);
+        for (int32_t i = 0; rc == 0 && i < steps; i++) rc = dsv41_session_forward(s, &ids[i], 1, logits, NULL);
+        dist_report(m, 1, after);
+    }
+    for (int32_t r = 0; rc == 0 && r < K; r++) {
+        const rank_report *a = &after[r];
+        double sent = (a->sent - before[r].sent) / steps;
+        if (json)
+            fprintf(out, "%s{\"rank\": %d, \"triad_gbps\": %.3f, \"weight_bytes_per_token\": %.0f, "
+                         "\"sent_bytes_per_token\": %.0f, \"peak_rss_bytes\": %.0f}%s", r ? ", " : "\"ranks\": [", r,
+                    a->triad_gbps, a->decode_bytes, sent, a->peak_rss, r == K - 1 ? "], " : "");
+        else
+            fprintf(out, "rank %2d: triad %.1f GB/s (all ranks at once), weights read per decoded token %.1f MB, "
+                         "sent %.1f KB per token, peak resident memory %.0f MB\n", r, a->triad_gbps,
+                    a->decode_bytes / 1e6, sent / 1e3, a->peak_rss / 1e6);
+    }
+    dsv41_session_free(s);
+    free(logits);
+    free(before);
+    free(after);
+    return rc;
+}
+
 int dsv41_bench(const dsv41_model *m, int32_t threads, int json, FILE *out) {
     const config *c = &m->cfg;
     int32_t n_pre = 512 < c->max_seq_len ? 512 : c->max_seq_len / 2, n_dec = 128;
@@ -211,14 +252,14 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int json, FILE *out) {
         /* the limits are measured before and after the runs and the higher reading counts: on a
          * shared host a neighbour can take a core or the memory bus for a while, and a low
          * limit would flatter the ratios */
-        triad = triad_gbps();
+        triad = bench_triad_gbps();
         peak = peak_gflops();
         pre = time_prefill(m, n_pre);
         timing d[3] = {{0, 0}, {0, 0}, {0, 0}};
         for (int k = 0; k < 3; k++)
             if (ctxs[k] + n_dec <= c->max_seq_len) d[k] = time_decode(m, ctxs[k], n_dec);
         dec = d[0];
-        triad = fmax(triad, triad_gbps());
+        triad = fmax(triad, bench_triad_gbps());
         peak = fmax(peak, peak_gflops());
         if (json) continue;
         fprintf(out, "threads %d: triad %.1f GB/s, FMA peak %.1f GFLOP/s\n", counts[pass], triad, peak);
@@ -230,12 +271,12 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int json, FILE *out) {
                         d[k].tok_s * bytes / 1e9, 100.0 * d[k].tok_s * bytes / 1e9 / triad);
         fflush(out);
     }
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    double rss = (double)ru.ru_maxrss * 1024.0;
+    double rss = bench_peak_rss();
+    if (json) fprintf(out, "{");
+    if (m->part.n_ranks > 1 && report_ranks(m, json, out)) return -1;
     if (json)
         fprintf(out,
-                "{\"decode\": {\"tokens_per_s\": %.3f, \"bytes_per_token\": %.0f, \"effective_gbps\": %.3f, "
+                "\"decode\": {\"tokens_per_s\": %.3f, \"bytes_per_token\": %.0f, \"effective_gbps\": %.3f, "
                 "\"triad_gbps\": %.3f, \"roofline_ratio\": %.4f}, \"prefill\": {\"tokens_per_s\": %.3f, "
                 "\"gflops\": %.3f, \"peak_gflops\": %.3f, \"flops_ratio\": %.4f}, \"threads\": %d, "
                 "\"kv_bytes_per_token\": %.0f, \"peak_rss_bytes\": %.0f}\n",

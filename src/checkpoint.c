@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dist.h"
 #include "safetensors.h"
 
 /* Parts of a release checkpoint that the text forward pass does not use. */
@@ -56,7 +57,7 @@ static int64_t *read_token_map(const char *dir, int32_t vocab, int64_t want) {
     return map;
 }
 
-dsv41_model *dsv41_model_load(const char *dir) {
+dsv41_model *checkpoint_load(const char *dir) {
     char path[1200], err[512];
     snprintf(path, sizeof path, "%s/config.json", dir);
     json *cj = json_load_file(path, err, sizeof err);

@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "model.h"
+#include "dist.h"
 #include "numerics.h"
 #include "pool.h"
 #include "scratch.h"
@@ -50,7 +50,8 @@ typedef struct {
     const float *kv;
 } engram_job;
 
-/* tokens [b, e): their table rows gathered into ids [T][cols] and emb [T][cols][ehd] (bf16) */
+/* tokens [b, e): their table rows into ids [T][cols] and, unless the table is split across
+ * ranks, gathered into emb [T][cols][ehd] (bf16) */
 static void gather_range(void *ctx, int64_t b, int64_t e) {
     const engram_job *j = ctx;
     const config *c = j->c;
@@ -59,7 +60,7 @@ static void gather_range(void *ctx, int64_t b, int64_t e) {
         for (int32_t k = 0; k < cols; k++) {
             int64_t row = j->hashes[(t * c->n_engram + j->L->engram) * cols + k];
             j->ids[t * cols + k] = row;
-            for (int32_t d = 0; d < ehd; d++) j->emb[(t * cols + k) * ehd + d] = bf16_round(weight_get(&j->L->eg_table, row, d));
+            for (int32_t d = 0; d < ehd && j->emb; d++) j->emb[(t * cols + k) * ehd + d] = bf16_round(weight_get(&j->L->eg_table, row, d));
         }
 }
 
@@ -98,9 +99,11 @@ void engram_forward(const dsv41_model *m, int32_t l, const int64_t *hashes, int6
     int64_t kvw = (int64_t)dim * (hc + 1);
     scratch_mark mark = scratch_begin();
     float *emb = scratch_f32(T * cols * ehd), *kv = scratch_f32(T * kvw);
-    engram_job j = {c, L, hashes, scratch_i64(T * cols), emb, h, kv};
+    int split = m->part.n_ranks > 1;
+    engram_job j = {c, L, hashes, scratch_i64(T * cols), split ? NULL : emb, h, kv};
     trace_f32(tr, h, 4, (int64_t[]){1, T, hc, dim}, "L%d.engram_in", l);
     pool_run(T, 16, gather_range, &j);
+    if (split) dist_table_rows(m, &L->eg_table, j.ids, T * cols, emb); /* each row from its owner */
     linear(&L->eg_wkv, emb, T, kv);
     trace_i64(tr, j.ids, 3, (int64_t[]){1, T, cols}, "L%d.engram_hash_ids", l);
     trace_f32(tr, emb, 4, (int64_t[]){1, T, cols, ehd}, "L%d.engram_embed", l);

@@ -219,7 +219,7 @@ dsv41_model *model_from_rule(const config *c) {
 /* ---- the built-in tiny model: models/tiny.json, embedded at build time */
 extern const char tiny_model_json[];
 
-dsv41_model *dsv41_model_builtin(void) {
+dsv41_model *builtin_model(void) {
     char err[256];
     json *j = json_parse(tiny_model_json, strlen(tiny_model_json), err, sizeof err);
     if (!j) { set_error("built-in model: %s", err); return NULL; }

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
+#include "dist.h"
 #include "scratch.h"
 
 dsv41_session *dsv41_session_new(const dsv41_model *m) {
@@ -32,6 +32,7 @@ dsv41_session *dsv41_session_new(const dsv41_model *m) {
         if (!st->ckv || !st->ik || !st->kv_state || !st->score_state) goto oom;
         for (size_t i = 0; i < (size_t)ratio * c->head_dim; i++) st->score_state[i] = -1.0f / 0.0f;
     }
+    dist_session_new(s);
     return s;
 oom:
     set_error("out of memory creating a session");
@@ -41,6 +42,7 @@ oom:
 
 void dsv41_session_free(dsv41_session *s) {
     if (!s) return;
+    dist_session_free(s);
     for (int32_t l = 0; s->layers && l < s->m->cfg.n_layers; l++) {
         layer_state *st = &s->layers[l];
         free(st->window);
@@ -165,7 +167,8 @@ static void forward_call(dsv41_session *s, const int32_t *ids, int64_t T, float 
     /* sampling needs only the last position; a trace or `all` asks for every one */
     int64_t first = tr || all ? 0 : T - 1, V = c->vocab_size;
     float *lg = scratch_f32((T - first) * V);
-    if (tr || logits) linear(&m->head, xn + first * dim, T - first, lg);
+    if ((tr || logits) && m->part.n_ranks > 1) dist_linear(m, &m->head, xn + first * dim, T - first, lg);
+    else if (tr || logits) linear(&m->head, xn + first * dim, T - first, lg);
     trace_f32(tr, lg, 3, (int64_t[]){1, T, V}, "logits_full");
     if (logits) memcpy(logits, all ? lg : lg + (T - 1 - first) * V, (size_t)(all ? T * V : V) * sizeof *logits);
     s->pos += (int32_t)T;
@@ -188,15 +191,17 @@ static int check_call(const dsv41_session *s, const int32_t *ids, int32_t n) {
  * that sequence of calls; the trace keeps the last one's captures. */
 static int forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logits, int all, dsv41_trace *tr) {
     if (check_call(s, ids, n)) return -1;
+    dist_forward_begin(s, ids, n, (logits ? FWD_LOGITS : 0) | (all ? FWD_ALL : 0) | (tr ? FWD_TRACE : 0));
     if (s->pos == 0 || n == 1) {
         forward_call(s, ids, n, logits, all, tr);
-        return 0;
+    } else {
+        int64_t V = s->m->cfg.vocab_size;
+        for (int32_t i = 0; i < n; i++) {
+            float *out = !logits ? NULL : all ? logits + i * V : i == n - 1 ? logits : NULL;
+            forward_call(s, ids + i, 1, out, 0, tr);
+        }
     }
-    int64_t V = s->m->cfg.vocab_size;
-    for (int32_t i = 0; i < n; i++) {
-        float *out = !logits ? NULL : all ? logits + i * V : i == n - 1 ? logits : NULL;
-        forward_call(s, ids + i, 1, out, 0, tr);
-    }
+    dist_forward_end(s);
     return 0;
 }
 

@@ -7,12 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist.h"
 #include "golden.h"
 
 #include "filler.h"
 
 struct dsv41_golden {
     json *root;
+    char *path;   /* as given to dsv41_golden_load: other ranks load the same file */
 };
 
 dsv41_golden *dsv41_golden_load(const char *path) {
@@ -25,20 +27,24 @@ dsv41_golden *dsv41_golden_load(const char *path) {
         return NULL;
     }
     dsv41_golden *g = malloc(sizeof *g);
-    if (!g) { json_free(root); set_error("out of memory"); return NULL; }
+    char *p = strdup(path);
+    if (!g || !p) { free(g); free(p); json_free(root); set_error("out of memory"); return NULL; }
     g->root = root;
+    g->path = p;
     return g;
 }
 
 const json *golden_root(const dsv41_golden *g) { return g->root; }
+const char *golden_path(const dsv41_golden *g) { return g->path; }
 
 void dsv41_golden_free(dsv41_golden *g) {
     if (!g) return;
     json_free(g->root);
+    free(g->path);
     free(g);
 }
 
-dsv41_model *dsv41_model_from_golden(const dsv41_golden *g) {
+dsv41_model *golden_model(const dsv41_golden *g) {
     config c;
     if (config_from_fixture(&c, json_get(g->root, "fixture"))) return NULL;
     dsv41_model *m = model_from_meta(&c, json_get(g->root, "weights_meta"));

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "dist.h"
 #include "loader.h"
 
 void *model_alloc(dsv41_model *m, size_t bytes) {
@@ -27,6 +28,7 @@ void *model_alloc(dsv41_model *m, size_t bytes) {
 
 void dsv41_model_free(dsv41_model *m) {
     if (!m) return;
+    dist_model_free(m);
     for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     for (size_t i = 0; i < m->n_maps; i++) munmap(m->maps[i].addr, m->maps[i].len);
@@ -142,6 +144,7 @@ dsv41_model *model_build(const config *cfg, weight_source *src) {
     dsv41_model *m = calloc(1, sizeof *m);
     if (!m) { set_error("out of memory"); return NULL; }
     m->cfg = *cfg;
+    m->part = (model_part){0, 1, 0};
     builder b = {m, src, ""};
     const config *c = &m->cfg;
     m->layers = model_alloc(m, (size_t)c->n_layers * sizeof *m->layers);

@@ -99,8 +99,12 @@ typedef struct {
 void linear_batch(const linear_item *items, int32_t n);
 /* Multiply-adds done by linear() so far, all threads (for FLOP rates). */
 uint64_t linear_macs(void);
-/* Bytes of weights one decoded token reads (dense matrices, active experts, rows). */
+/* Bytes of weights one decoded token reads (dense matrices, active experts, rows); the part
+ * variant: what this rank reads on average, with its shares of experts, table rows and head. */
 size_t model_decode_bytes(const dsv41_model *m);
+double part_decode_bytes(const dsv41_model *m);
+/* Bytes of w's elements and its block scales. */
+size_t weight_bytes(const weight *w);
 /* Element (r, c) of w as f32 (embedding rows, table gathers). */
 float weight_get(const weight *w, int64_t r, int64_t c);
 /* The same without its block scale, and the e8m0 scale of row r's 32-block b. */
@@ -137,12 +141,30 @@ typedef struct {
     float *eg_qk;                           /* engram: [hc*dim] q_weight * k_weight */
 } layer_weights;
 
+/* The matrices every token reads in full in layer L (routed experts and the Engram table aside)
+ * into out [32]; returns their count. */
+int layer_dense_weights(const layer_weights *L, const weight **out);
+
 typedef struct {
     float *cos, *sin;                       /* [max_seq_len][rope_head_dim/2] */
 } rope_table;
 
+/* A model's place in a job split across ranks (dist.c): this rank owns the contiguous share
+ * [n r / K, n (r+1) / K) of the routed experts (n = n_routed_experts), of each Engram table's
+ * rows and of the head's rows. */
+typedef struct {
+    int32_t rank, n_ranks;                  /* n_ranks 1: the whole model in one process */
+    int32_t id;                             /* the leader's handle, the same on every rank */
+} model_part;
+
+/* Whether rank p owns item i of n (an expert, a table row, a head row). */
+static inline int part_owns(const model_part *p, int64_t n, int64_t i) {
+    return i >= n * p->rank / p->n_ranks && i < n * (p->rank + 1) / p->n_ranks;
+}
+
 struct dsv41_model {
     config cfg;
+    model_part part;                        /* which share of the work this process does */
     weight embed;                           /* [vocab_size][dim] */
     float *norm;                            /* [dim] */
     weight head;                            /* [vocab_size][dim] */
@@ -188,6 +210,7 @@ struct dsv41_session {
     int64_t *ngram_cache;                   /* [max_seq_len] compressed ids */
     layer_state *layers;                    /* [n_layers] */
     shared_slots shared;
+    int32_t dist_id;                        /* the leader's handle when the model is split */
     void (*progress)(void *ctx, int32_t done, int32_t total); /* per layer, or NULL */
     void *progress_ctx;
 };

@@ -11,7 +11,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "model.h"
+#include "dist.h"
 #include "numerics.h"
 #include "pool.h"
 #include "scratch.h"
@@ -100,7 +100,7 @@ static void run_experts(const dsv41_model *m, int32_t l, const int64_t *first, i
     int32_t ni = 0;
     for (int32_t e = e0; e < e1; e++) {
         int64_t cnt = first[e + 1] - first[e], f = first[e] - p0;
-        if (cnt == 0) continue;
+        if (cnt == 0 || !part_owns(&m->part, c->n_routed_experts, e)) continue;
         items[ni++] = (linear_item){&L->w1[e], 0, inter, xs + f * dim, cnt, dim, g + f * inter};
         items[ni++] = (linear_item){&L->w3[e], 0, inter, xs + f * dim, cnt, dim, u + f * inter};
     }
@@ -114,7 +114,7 @@ static void run_experts(const dsv41_model *m, int32_t l, const int64_t *first, i
     ni = 0;
     for (int32_t e = e0; e < e1; e++) {
         int64_t cnt = first[e + 1] - first[e], f = first[e] - p0;
-        if (cnt > 0) items[ni++] = (linear_item){&L->w2[e], 0, dim, g + f * inter, cnt, inter, ys + f * dim};
+        if (cnt > 0 && part_owns(&m->part, c->n_routed_experts, e)) items[ni++] = (linear_item){&L->w2[e], 0, dim, g + f * inter, cnt, inter, ys + f * dim};
     }
     if (shared) items[ni++] = (linear_item){&L->sw2, 0, dim, gs, T, sinter, yss};
     linear_batch(items, ni);
@@ -209,6 +209,7 @@ void moe(const dsv41_model *m, int32_t l, const float *x, int64_t T, float *y, f
         gather_job gj = {xs, x, rows + p0, dim};
         pool_run(np, 64, gather_range, &gj);
         run_experts(m, l, first, e0, e1, xs, rw + p0, x, T, shared && e1 == E, ys, yss);
+        if (m->part.n_ranks > 1) dist_share_picks(m, first, e0, e1, ys); /* the other ranks' experts */
         scatter_job sj = {acc, ys, picks, p0, np, k, dim};
         pool_run(T, 16, scatter_range, &sj);
     }

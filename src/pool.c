@@ -5,7 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "model.h"
+#include "dist.h"
 #include "pool.h"
 
 #define MAX_THREADS 256
@@ -98,7 +98,7 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-int dsv41_set_threads(int32_t n) {
+static int set_threads(int32_t n) {
     if (n < 1 || n > MAX_THREADS) return set_error("threads must be in [1, %d], not %d", MAX_THREADS, n);
     pthread_mutex_lock(&P.mu);
     if (P.created == 0) P.created = 1; /* slot 0 is the caller */
@@ -109,10 +109,17 @@ int dsv41_set_threads(int32_t n) {
     return 0;
 }
 
+/* a count the program sets is every rank's; the default is each rank's own cores */
+int dsv41_set_threads(int32_t n) {
+    if (set_threads(n)) return -1;
+    dist_threads(n);
+    return 0;
+}
+
 int32_t pool_threads(void) {
     if (P.n == 0) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        dsv41_set_threads(cores > 0 ? (int32_t)cores : 1);
+        set_threads(cores > 0 ? (int32_t)cores : 1);
     }
     return P.n;
 }

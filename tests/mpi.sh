@@ -1,0 +1,122 @@
+#!/bin/sh
+# mpi.sh - dsv41-mpi on 2 and 3 ranks of one host: the golden passes, checkpoints decode the
+# single process's tokens, every rank reads only its own experts, Engram rows and head rows
+# (the other ranks' are corrupted in its copy of the checkpoint, and the tokens must not
+# change; corrupting its own must change them), and a rank that cannot load the model, loads
+# another one or dies ends the whole job with an error instead of a hang.
+# Needs ./dsv41 and ./dsv41-mpi (make dsv41-mpi) and Open MPI's mpirun. Prints "N passed, N failed".
+. "$(dirname "$0")/lib.sh"
+golden=${DSV41_GOLDEN:-${DSV41_SHARED:-../shared}/golden/ds41_tiny_golden.json}
+if [ ! -f "$golden" ] || [ ! -x ./dsv41-mpi ] || ! command -v mpirun >/dev/null; then
+    bad "needs $golden, ./dsv41-mpi and mpirun"; finish; exit 1
+fi
+# shared memory between the ranks, without the cross-process copy containers often forbid
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
+    OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+mpi() { timeout 120 mpirun --oversubscribe "$@"; }
+
+for k in 2 3; do
+    last=$(mpi -np $k ./dsv41-mpi check "$golden" -t 1 2>&1 | tail -n 1)
+    [ "$last" = "443 passed, 0 failed" ] && ok || bad "check on $k ranks: '$last'"
+done
+
+./dsv41 convert --golden "$golden" --dtype bf16 -o "$tmp/bf16" && ./dsv41 convert --golden "$golden" --dtype fp8 -o "$tmp/fp8" ||
+    { bad "convert"; finish; exit 1; }
+last=$(mpi -np 2 ./dsv41-mpi check "$golden" -m "$tmp/bf16" -t 1 2>&1 | tail -n 1)
+[ "$last" = "443 passed, 0 failed" ] && ok || bad "check -m on 2 ranks: '$last'"
+
+# a prompt longer than one op carries inline (27 ids), then decode steps
+ids=2,17,47,5,9,33,61,12,8,40,3,27,50,19,44,6,31,58,11,36,24,1,63,15,29,42,7,55,20,38
+want=$(./dsv41 run -m "$tmp/fp8" --ids $ids -n 16 -t 1 | head -n 1)
+[ -n "$want" ] && ok || bad "single-process run"
+for k in 2 3; do
+    got=$(mpi -np $k ./dsv41-mpi run -m "$tmp/fp8" --ids $ids -n 16 -t 1 2>"$tmp/err" | head -n 1)
+    [ "$got" = "$want" ] && ok || bad "run on $k ranks: '$got', one process: '$want' ($(head -c 300 "$tmp/err"))"
+done
+
+# corrupt DIR RANK K others|own: overwrite what rank RANK of K does not own (experts, Engram table
+# rows, head rows but row 0, which the load's fingerprint samples), or its own experts. The
+# shares are restated here: [n r / K, n (r+1) / K) of each.
+corrupt() { python3 - "$@" <<'PY'
+import json, os, re, struct, sys
+d, rank, K, what = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+own = lambda i, n: n * rank // K <= i < n * (rank + 1) // K
+wmap = json.load(open(os.path.join(d, "model.safetensors.index.json")))["weight_map"]
+E = 1 + max(int(m.group(1)) for m in (re.search(r"experts\.(\d+)\.", k) for k in wmap) if m)
+for shard in sorted(set(wmap.values())):
+    path = os.path.join(d, shard)
+    with open(path, "r+b") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        hdr = json.loads(f.read(n))
+        for name, t in hdr.items():
+            if name == "__metadata__" or not name.endswith(".weight"): continue
+            b, e = t["data_offsets"]
+            rows = t["shape"][0]
+            per = (e - b) // rows
+            m = re.search(r"experts\.(\d+)\.", name)
+            if m: bad = [r for r in range(rows) if own(int(m.group(1)), E) == (what == "own")]
+            elif what == "own": continue
+            elif name.endswith("engram.embed.weight"): bad = [r for r in range(rows) if not own(r, rows)]
+            elif name == "head.weight": bad = [r for r in range(1, rows) if not own(r, rows)]
+            else: continue
+            for r in bad:
+                f.seek(8 + n + b + r * per)
+                f.write(b"\x55" * per)
+PY
+}
+# ranks 0 (and 2) read a/m, rank 1 reads b/m: the same path for each, other bytes
+for k in 2 3; do
+    for what in others own; do
+        rm -rf "$tmp/a" "$tmp/b"; mkdir -p "$tmp/a" "$tmp/b"
+        cp -r "$tmp/fp8" "$tmp/a/m" && cp -r "$tmp/fp8" "$tmp/b/m" && corrupt "$tmp/b/m" 1 $k $what || { bad "corrupt"; continue; }
+        third=; [ $k -eq 3 ] && third=": -np 1 --wdir $tmp/a $PWD/dsv41-mpi"
+        got=$(eval mpi -np 1 --wdir "$tmp/a" "$PWD/dsv41-mpi" run -m m --ids $ids -n 16 -t 1 : -np 1 --wdir "$tmp/b" "$PWD/dsv41-mpi" $third 2>"$tmp/err" | head -n 1)
+        if [ $what = others ]; then
+            [ "$got" = "$want" ] && ok || bad "$k ranks, rank 1 with the others' shares corrupted: '$got', want '$want' ($(head -c 300 "$tmp/err"))"
+        else
+            [ -n "$got" ] && [ "$got" != "$want" ] && ok || bad "$k ranks, rank 1 with its own experts corrupted still gave '$got'"
+        fi
+    done
+done
+
+# failures: one "dsv41: " line from rank 0 naming the rank, a non-zero exit, no hang
+fails() { # NAME PATTERN: runs the mpirun command after them
+    name=$1 pattern=$2; shift 2
+    "$@" >"$tmp/out" 2>"$tmp/err" </dev/null; rc=$?
+    line=$(grep '^dsv41: ' "$tmp/err")
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(printf '%s\n' "$line" | wc -l)" -eq 1 ] && printf '%s' "$line" | grep -q "$pattern"; then ok
+    else bad "$name: rc=$rc, '$(head -c 400 "$tmp/err")'"; fi
+}
+rm -rf "$tmp/a" "$tmp/b"; mkdir -p "$tmp/a" "$tmp/b"
+cp -r "$tmp/fp8" "$tmp/a/m" && cp -r "$tmp/bf16" "$tmp/b/m"
+fails "another model on rank 1" "rank 1 loaded a different model" \
+    mpi -np 1 --wdir "$tmp/a" "$PWD/dsv41-mpi" run -m m --ids 1,2 -n 2 : -np 1 --wdir "$tmp/b" "$PWD/dsv41-mpi"
+rm -rf "$tmp/b/m"
+fails "no model on rank 1" "rank 1: .*config.json" \
+    mpi -np 1 --wdir "$tmp/a" "$PWD/dsv41-mpi" run -m m --ids 1,2 -n 2 : -np 1 --wdir "$tmp/b" "$PWD/dsv41-mpi"
+fails "bad input on rank 0" "token id 99" mpi -np 2 ./dsv41-mpi run --ids 1,99 -n 2
+
+# a follower killed in the middle of a benchmark: the job ends, non-zero, within the timeout
+descendants() { for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
+mpi -np 2 ./dsv41-mpi bench -m "$tmp/fp8" -t 1 >"$tmp/out" 2>"$tmp/err" &
+job=$!
+follower=
+for i in $(seq 50); do
+    sleep 0.2
+    for p in $(descendants $job); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && follower=$p
+    done
+    [ -n "$follower" ] && break
+done
+[ -n "$follower" ] && sleep 1 && kill -9 "$follower"
+wait $job; rc=$?
+[ -n "$follower" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && ok || bad "killed follower: rc=$rc, follower '$follower'"
+
+# the benchmark's per-rank lines, on a run left alone
+out=$(mpi -np 2 ./dsv41-mpi bench -m "$tmp/fp8" -t 1 --json 2>&1 | tail -n 1)
+printf '%s' "$out" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)["ranks"]
+assert len(r) == 2 and all(x["sent_bytes_per_token"] > 0 and x["weight_bytes_per_token"] > 0 for x in r)' && ok ||
+    bad "bench on 2 ranks: '$out'"
+finish
