@@ -51,7 +51,11 @@ build:
 test: dsv41 $(TESTS)
 	tests/run.sh $(TESTS)
 
+# dsv41-mpi on 2 and 3 ranks of this host (Open MPI's mpirun)
+test-mpi: dsv41 dsv41-mpi
+	tests/mpi.sh
+
 clean:
 	rm -rf build dsv41 dsv41-mpi
 
-.PHONY: all test clean
+.PHONY: all test test-mpi clean

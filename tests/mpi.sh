@@ -34,6 +34,16 @@ for k in 2 3; do
     [ "$got" = "$want" ] && ok || bad "run on $k ranks: '$got', one process: '$want' ($(head -c 300 "$tmp/err"))"
 done
 
+# the text commands: rank 0 reads stdin (mpirun forwards it there), samples and prints
+chat_model "$tmp/chat" || bad "synth the chat model"
+single=$(./dsv41 run -m "$tmp/chat" -p "hello" -n 12 --temp 0.9 --seed 7 -t 1 2>/dev/null)
+ranks=$(mpi -np 3 ./dsv41-mpi run -m "$tmp/chat" -p "hello" -n 12 --temp 0.9 --seed 7 -t 1 2>/dev/null)
+[ -n "$single" ] && [ "$ranks" = "$single" ] && ok || bad "run -p on 3 ranks: '$ranks', one process: '$single'"
+printf 'hello\nhow are you\n/reset\nand again\n/quit\n' >"$tmp/turns"
+single=$(./dsv41 chat -m "$tmp/chat" -n 10 --temp 0 -t 1 <"$tmp/turns" 2>/dev/null)
+ranks=$(mpi -np 2 ./dsv41-mpi chat -m "$tmp/chat" -n 10 --temp 0 -t 1 <"$tmp/turns" 2>/dev/null)
+[ -n "$single" ] && [ "$ranks" = "$single" ] && ok || bad "chat on 2 ranks: '$ranks', one process: '$single'"
+
 # corrupt DIR RANK K others|own: overwrite what rank RANK of K does not own (experts, Engram table
 # rows, head rows but row 0, which the load's fingerprint samples), or its own experts. The
 # shares are restated here: [n r / K, n (r+1) / K) of each.
