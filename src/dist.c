@@ -442,7 +442,7 @@ int32_t dsv41_follow(void) {
         }
         case OP_MODEL_FREE: dsv41_model_free(find(&f, o.id)); drop(&f, o.id); break;
         case OP_SESSION_NEW:
-            if (!(s = dsv41_session_new(find(&f, o.id)))) fatal("rank %d: %s", D.rank, dsv41_error());
+            if (!(s = dsv41_session_new(find(&f, o.id)))) { fatal("rank %d: %s", D.rank, dsv41_error()); return -1; }
             s->dist_id = o.n;
             hold(&f, o.n, s);
             break;
@@ -451,7 +451,7 @@ int32_t dsv41_follow(void) {
         case OP_THREADS: dsv41_set_threads(o.n); break;
         case OP_REPORT: {
             rank_report *all = calloc((size_t)D.n_ranks, sizeof *all);
-            if (!all) fatal("rank %d: out of memory", D.rank);
+            if (!all) { fatal("rank %d: out of memory", D.rank); return -1; }
             report(find(&f, o.id), o.n, all);
             free(all);
             break;
