@@ -90,6 +90,18 @@ for k in 2 3; do
     done
 done
 
+# peak resident memory: each rank touches only its share, so on 2 ranks the larger one stays
+# under 80% of one process on a model that is mostly experts (64 of inter 4096, 159 MB)
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c.update(n_routed_experts=64, n_activated_experts=6, moe_inter_dim=4096); json.dump(c, open(sys.argv[2], "w"))' \
+    models/tiny.json "$tmp/big.json" && ./dsv41 synth --config "$tmp/big.json" -o "$tmp/big" --dtype fp8 || bad "synth the memory model"
+peak='import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); print("peak", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(rc)'
+one=$(python3 -c "$peak" ./dsv41 run -m "$tmp/big" --ids $ids,13,21,34,45,52,60,4,16,23,37 -n 8 -t 1 2>&1 >/dev/null | sed -n 's/^peak //p')
+two=$(mpi -np 2 python3 -c "$peak" ./dsv41-mpi run -m "$tmp/big" --ids $ids,13,21,34,45,52,60,4,16,23,37 -n 8 -t 1 2>&1 >/dev/null |
+      sed -n 's/^peak //p' | sort -n | tail -n 1)
+[ -n "$one" ] && [ -n "$two" ] && [ $((two * 100)) -le $((one * 80)) ] && ok ||
+    bad "peak memory: one process $one KB, largest of 2 ranks $two KB (want at most 80%)"
+echo "peak resident memory: one process $one KB, largest of 2 ranks $two KB"
+
 # failures: one "dsv41: " line from rank 0 naming the rank, a non-zero exit, no hang
 fails() { # NAME PATTERN: runs the mpirun command after them
     name=$1 pattern=$2; shift 2
