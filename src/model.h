@@ -174,6 +174,8 @@ struct dsv41_model {
     size_t n_owned, cap_owned;
     struct mapping { void *addr; size_t len; } *maps; /* [n_maps] memory-mapped checkpoint shards */
     size_t n_maps;
+    struct { int64_t tensors, unread, bytes; int32_t shards; } file; /* a loaded checkpoint: all its tensors, those
+                                                                      * the text pass leaves unread, data bytes */
 };
 
 void *model_alloc(dsv41_model *m, size_t bytes); /* zeroed, freed with the model */
