@@ -24,6 +24,8 @@ static int usage(void) {
             "                              write the golden's model as a checkpoint in the release layout\n"
             "  synth --config FILE -o DIR [--dtype bf16|fp8]\n"
             "                              write a checkpoint of any geometry with filler weights\n"
+            "  synth --skeleton --config RELEASE_CONFIG.json -o DIR\n"
+            "                              the release checkpoint's full layout with every data region a hole (no disk)\n"
             "  inspect DIR                 config, layer roles, tensor bytes per dtype, bytes read per decoded token\n"
             "  tokenize --tokenizer FILE [--added ADDED.json] [--special] TEXT\n"
             "                              print the token ids of TEXT as a JSON array\n"
@@ -94,20 +96,27 @@ static int cmd_convert(int argc, char **argv) {
     return rc ? fail(dsv41_error()) : 0;
 }
 
+/* The release checkpoint has 48 shards; a skeleton is sharded the same way. */
+enum { RELEASE_SHARDS = 48 };
+
 static int cmd_synth(int argc, char **argv) {
-    const char *cfg = NULL, *dtype = "bf16", *out = NULL;
-    int i = 0;
-    for (; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--config")) cfg = argv[i + 1];
-        else if (!strcmp(argv[i], "--dtype")) dtype = argv[i + 1];
-        else if (!strcmp(argv[i], "-o")) out = argv[i + 1];
+    const char *cfg = NULL, *dtype = NULL, *out = NULL;
+    int skeleton = 0, i = 0;
+    for (; i < argc; i++) {
+        if (!strcmp(argv[i], "--skeleton")) skeleton = 1;
+        else if (i + 1 == argc) break;
+        else if (!strcmp(argv[i], "--config")) cfg = argv[++i];
+        else if (!strcmp(argv[i], "--dtype")) dtype = argv[++i];
+        else if (!strcmp(argv[i], "-o")) out = argv[++i];
         else break;
     }
-    if (!cfg || !out || i != argc) {
-        fprintf(stderr, "usage: dsv41 synth --config FILE -o DIR [--dtype bf16|fp8]\n");
+    if (!cfg || !out || i != argc || (skeleton && dtype)) {
+        fprintf(stderr, "usage: dsv41 synth --config FILE -o DIR [--dtype bf16|fp8]\n"
+                        "       dsv41 synth --skeleton --config RELEASE_CONFIG.json -o DIR\n");
         return 2;
     }
-    return dsv41_synth(cfg, dtype, out) ? fail(dsv41_error()) : 0;
+    if (skeleton) return dsv41_synth_skeleton(cfg, RELEASE_SHARDS, out) ? fail(dsv41_error()) : 0;
+    return dsv41_synth(cfg, dtype ? dtype : "bf16", out) ? fail(dsv41_error()) : 0;
 }
 
 static int cmd_bench(int argc, char **argv) {

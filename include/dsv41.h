@@ -121,6 +121,12 @@ int dsv41_convert_golden(const dsv41_golden *g, const char *dtype, const char *o
 /* Writes a checkpoint of any geometry with filler weights (the golden generator's naming rule)
  * in the release formats. config_path is a fixture-shaped JSON config such as models/tiny.json. */
 int dsv41_synth(const char *config_path, const char *dtype, const char *out_dir);
+/* Writes the layout of the release checkpoint that config_path (a release config.json, served or
+ * flat form, copied verbatim) describes: every tensor with its real name, dtype and shape, in
+ * n_shards shards with the Engram tables last, and every data region a hole of a sparse file
+ * (nothing is written there, so the weights read as zeros and take no disk). The Engram token
+ * map is a placeholder. Written under a temporary name and renamed, like dsv41_synth. */
+int dsv41_synth_skeleton(const char *config_path, int32_t n_shards, const char *out_dir);
 
 /* ---- tokenizer: byte-level BPE read from a Hugging Face tokenizer.json */
 typedef struct dsv41_tokenizer dsv41_tokenizer;

@@ -4,7 +4,12 @@
  * under the name and shape the loader will ask for, and a round trip through the loader is the
  * identity by construction. Dense bf16 matrices can be stored as the release stores them:
  * e4m3 with one e8m0 scale per 32x32 tile, routed experts as packed e2m1 with one e8m0 scale
- * per 32 inputs. Files go into a temporary directory that is renamed into place last. */
+ * per 32 inputs. Files go into a temporary directory that is renamed into place last.
+ *
+ * A skeleton is the release checkpoint's layout with no data: every tensor of the inventory
+ * (inventory.c) at its real shape and dtype, in shards as the release has them, each data region a
+ * hole of a sparse file. It costs a few megabytes of disk, reads as all-zero weights, and is
+ * otherwise the real thing to the loader: names, offsets, sizes, memory, time to first token. */
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -17,6 +22,7 @@
 
 #include "filler.h"
 #include "golden.h"
+#include "inventory.h"
 #include "numerics.h"
 
 typedef struct {
@@ -58,7 +64,7 @@ typedef struct {
     const char *dtype;
     int32_t ndim;
     int64_t shape[2];
-    const void *data;
+    const void *data;        /* NULL: a hole, the file is extended past it without writing */
     size_t nbytes;
     int32_t shard;
 } out_tensor;
@@ -227,6 +233,8 @@ static int write_file(const char *path, const void *a, size_t an, const void *b,
     return ok ? 0 : set_error("%s: write failed", path);
 }
 
+/* Data regions without data (a skeleton's) become holes of a sparse file: the file is sized
+ * with ftruncate and never written there, so a 100 GB table costs no disk. */
 static int write_shard(const char *dir, const char *file, const out_list *o, int32_t shard) {
     text h = {0};
     put(&h, "{\"__metadata__\":{\"format\":\"pt\"}");
@@ -248,8 +256,12 @@ static int write_shard(const char *dir, const char *file, const out_list *o, int
     uint8_t len[8];
     for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)h.n >> (8 * i));
     int ok = fwrite(len, 1, 8, f) == 8 && fwrite(h.s, 1, h.n, f) == h.n;
-    for (size_t i = 0; ok && i < o->n; i++)
-        if (o->t[i].shard == shard) ok = fwrite(o->t[i].data, 1, o->t[i].nbytes, f) == o->t[i].nbytes;
+    for (size_t i = 0; ok && i < o->n; i++) {
+        const out_tensor *t = &o->t[i];
+        if (t->shard != shard) continue;
+        ok = t->data ? fwrite(t->data, 1, t->nbytes, f) == t->nbytes : fseeko(f, (off_t)t->nbytes, SEEK_CUR) == 0;
+    }
+    ok = fflush(f) == 0 && ok && ftruncate(fileno(f), (off_t)(8 + h.n + off)) == 0;
     ok = fclose(f) == 0 && ok;
     free(h.s);
     return ok ? 0 : set_error("%s: write failed", path);
@@ -321,34 +333,41 @@ static void remove_tree(const char *dir) {
     rmdir(dir);
 }
 
-static int write_checkpoint(const config *c, const recorder *r, int fp8, const char *out_dir) {
+static void shard_file(char *buf, size_t cap, int32_t s, int32_t nshards) {
+    snprintf(buf, cap, "model-%05d-of-%05d.safetensors", s + 1, nshards);
+}
+
+/* The directory: o's tensors in nshards shards, the index, config.json with the text given, and
+ * c's Engram token map. It appears whole under out_dir or not at all. */
+static int write_checkpoint(const config *c, const out_list *o, int32_t nshards, const text *cfg, const char *out_dir) {
     struct stat st;
     if (stat(out_dir, &st) == 0) return set_error("%s: already exists (convert never overwrites)", out_dir);
     char tmp[1100];
     snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", out_dir);
     if (!mkdtemp(tmp)) return set_error("%s: cannot create a temporary directory: %s", out_dir, strerror(errno));
-    out_list o = {0};
-    int nshards = c->n_engram ? 3 : 2, rc = plan(c, r, fp8, &o);
-    char files[3][64];
-    for (int s = 0; s < nshards; s++) snprintf(files[s], sizeof files[s], "model-%05d-of-%05d.safetensors", s + 1, nshards);
-    for (int s = 0; rc == 0 && s < nshards; s++) rc = write_shard(tmp, files[s], &o, s);
+    int rc = 0;
+    char file[64], path[1300];
+    for (int32_t s = 0; rc == 0 && s < nshards; s++) {
+        shard_file(file, sizeof file, s, nshards);
+        rc = write_shard(tmp, file, o, s);
+    }
     text t = {0};
-    char path[1300];
     if (rc == 0) {
         size_t total = 0;
-        for (size_t i = 0; i < o.n; i++) total += o.t[i].nbytes;
+        for (size_t i = 0; i < o->n; i++) total += o->t[i].nbytes;
         put(&t, "{\n  \"metadata\": {\"total_size\": %zu},\n  \"weight_map\": {", total);
-        for (size_t i = 0; i < o.n; i++) put(&t, "%s\n    \"%s\": \"%s\"", i ? "," : "", o.t[i].name, files[o.t[i].shard]);
+        for (size_t i = 0; i < o->n; i++) {
+            shard_file(file, sizeof file, o->t[i].shard, nshards);
+            put(&t, "%s\n    \"%s\": \"%s\"", i ? "," : "", o->t[i].name, file);
+        }
         put(&t, "\n  }\n}\n");
         snprintf(path, sizeof path, "%s/model.safetensors.index.json", tmp);
         rc = write_file(path, t.s, t.n, NULL, 0);
         t.n = 0;
     }
     if (rc == 0) {
-        config_json(c, fp8, &t);
         snprintf(path, sizeof path, "%s/config.json", tmp);
-        rc = write_file(path, t.s, t.n, NULL, 0);
-        t.n = 0;
+        rc = write_file(path, cfg->s, cfg->n, NULL, 0);
     }
     if (rc == 0 && c->n_engram) {
         put(&t, "[");
@@ -360,10 +379,13 @@ static int write_checkpoint(const config *c, const recorder *r, int fp8, const c
     if (rc == 0 && rename(tmp, out_dir) != 0) rc = set_error("%s: cannot rename into place: %s", out_dir, strerror(errno));
     if (rc) remove_tree(tmp);
     free(t.s);
-    for (size_t i = 0; i < o.n_bufs; i++) free(o.bufs[i]);
-    free(o.bufs);
-    free(o.t);
     return rc;
+}
+
+static void out_free(out_list *o) {
+    for (size_t i = 0; i < o->n_bufs; i++) free(o->bufs[i]);
+    free(o->bufs);
+    free(o->t);
 }
 
 /* Builds the model of c through a recorder over inner and writes what was recorded. */
@@ -372,10 +394,18 @@ static int convert(config *c, weight_source *inner, const char *dtype, const cha
     if (!fp8 && strcmp(dtype, "bf16")) { config_free(c); return set_error("convert: --dtype must be bf16 or fp8, not '%s'", dtype); }
     recorder r = {{record_load}, inner, NULL, 0, 0};
     dsv41_model *m = model_build(c, &r.base);
-    int rc = m ? write_checkpoint(&m->cfg, &r, fp8, out_dir) : -1;
+    out_list o = {0};
+    text cfg = {0};
+    int rc = m ? plan(&m->cfg, &r, fp8, &o) : -1;
+    if (rc == 0) {
+        config_json(&m->cfg, fp8, &cfg);
+        rc = write_checkpoint(&m->cfg, &o, m->cfg.n_engram ? 3 : 2, &cfg, out_dir);
+    }
     if (!m) config_free(c);
     dsv41_model_free(m);
     free(r.recs);
+    out_free(&o);
+    free(cfg.s);
     return rc;
 }
 
@@ -406,5 +436,69 @@ int dsv41_synth(const char *config_path, const char *dtype, const char *out_dir)
     if (!rule) { config_free(&c); return -1; }
     rc = convert(&c, rule, dtype, out_dir);
     free(rule);
+    return rc;
+}
+
+/* The release's layout: each Engram table (weight, then its scales) in a shard of its own at the
+ * end, everything else in file order over the n_other shards before them, cut where the running
+ * byte count passes an equal share of `rest`. */
+static int32_t skeleton_shard(const char *name, int64_t before, int64_t rest, int32_t n_other, int32_t *tables) {
+    if (name_ends(name, ".engram.embed.weight")) return n_other + (*tables)++;
+    if (name_ends(name, ".engram.embed.scale")) return n_other + *tables - 1;
+    int64_t s = rest > 0 ? (int64_t)((double)before / (double)rest * n_other) : 0;
+    return (int32_t)(s < n_other ? s : n_other - 1);
+}
+
+int dsv41_synth_skeleton(const char *config_path, int32_t n_shards, const char *out_dir) {
+    char err[512];
+    size_t len;
+    text cfg = {0};
+    cfg.s = json_read_text(config_path, &len, err, sizeof err);
+    if (!cfg.s) return set_error("%s", err);
+    cfg.n = cfg.cap = len;
+    json *j = json_parse(cfg.s, len, err, sizeof err);
+    config c;
+    int rc = j ? config_geometry(&c, j) : set_error("%s: %s", config_path, err);
+    json_free(j);
+    if (rc) {
+        free(cfg.s);
+        return rc;
+    }
+    inventory inv = {0};
+    out_list o = {0};
+    if (n_shards <= c.n_engram) rc = set_error("skeleton: %d shards cannot hold %d Engram tables and the rest", n_shards, c.n_engram);
+    else rc = inventory_build(&c, &inv);
+    int64_t rest = 0, before = 0;
+    static const struct { const char *dt; int size; } SZ[] = {{"F32", 4}, {"BF16", 2}, {"F8_E4M3", 1}, {"F8_E8M0", 1}, {"I8", 1}};
+    int64_t *bytes = rc ? NULL : malloc(inv.n * sizeof *bytes);
+    if (!rc && !bytes) rc = set_error("out of memory");
+    for (size_t i = 0; rc == 0 && i < inv.n; i++) {
+        const inv_tensor *t = &inv.t[i];
+        int size = 0;
+        for (size_t k = 0; k < sizeof SZ / sizeof *SZ; k++)
+            if (!strcmp(t->dtype, SZ[k].dt)) size = SZ[k].size;
+        bytes[i] = t->shape[0] * t->shape[1] * size; /* < 2^37 for the largest table */
+        if (!strstr(t->name, ".engram.embed.")) rest += bytes[i];
+    }
+    int32_t tables = 0;
+    for (size_t i = 0; rc == 0 && i < inv.n; i++) {
+        const inv_tensor *t = &inv.t[i];
+        int32_t sh = skeleton_shard(t->name, before, rest, n_shards - c.n_engram, &tables);
+        if (!strstr(t->name, ".engram.embed.")) before += bytes[i];
+        if (!add_out(&o, t->name, t->dtype, t->ndim, t->shape[0], t->shape[1], NULL, (size_t)bytes[i], sh)) rc = set_error("out of memory");
+    }
+    /* The release derives the Engram token map from its tokenizer; a skeleton has none, so it
+     * gets a placeholder in range (token i -> i mod the compressed vocabulary). */
+    if (rc == 0 && c.n_engram) {
+        c.engram_token_map = malloc((size_t)c.vocab_size * sizeof *c.engram_token_map);
+        if (!c.engram_token_map) rc = set_error("out of memory");
+        for (int32_t i = 0; rc == 0 && i < c.vocab_size; i++) c.engram_token_map[i] = i % c.engram_compressed_vocab;
+    }
+    if (rc == 0) rc = write_checkpoint(&c, &o, n_shards, &cfg, out_dir);
+    inventory_free(&inv);
+    free(bytes);
+    out_free(&o);
+    config_free(&c);
+    free(cfg.s);
     return rc;
 }

@@ -243,7 +243,7 @@ json *json_parse(const char *text, size_t len, char *err, size_t errlen) {
     return root;
 }
 
-json *json_load_file(const char *path, char *err, size_t errlen) {
+char *json_read_text(const char *path, size_t *out_len, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
     if (!f) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return NULL; }
     char *buf = NULL;
@@ -262,6 +262,14 @@ json *json_load_file(const char *path, char *err, size_t errlen) {
     int rerr = ferror(f);
     fclose(f);
     if (rerr) { free(buf); snprintf(err, errlen, "%s: read error", path); return NULL; }
+    *out_len = len;
+    return buf;
+}
+
+json *json_load_file(const char *path, char *err, size_t errlen) {
+    size_t len;
+    char *buf = json_read_text(path, &len, err, errlen);
+    if (!buf) return NULL;
     char msg[256];
     json *j = json_parse(buf, len, msg, sizeof msg);
     free(buf);

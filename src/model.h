@@ -53,6 +53,9 @@ typedef struct {
     int64_t engram_mult[MAX_ENGRAM][MAX_NGRAM];     /* [n_engram][max_ngram] odd multipliers */
     int64_t engram_prime[MAX_ENGRAM][MAX_HASH_COLS];  /* [n_engram][cols] col = (n-2)*heads + h */
     int64_t engram_offset[MAX_ENGRAM][MAX_HASH_COLS]; /* [n_engram][cols] exclusive prefix sums */
+    /* DSpark draft blocks: in the release checkpoint, not used by the text forward pass (0: none) */
+    int32_t n_mtp_layers, dspark_n_experts;         /* blocks; routed experts in each */
+    int32_t dspark_n_targets, dspark_markov_rank;   /* layers main_proj concatenates; Markov head rank */
 } config;
 
 static inline int32_t engram_cols(const config *c) { return (c->engram_max_ngram - 1) * c->engram_n_heads; }
@@ -65,6 +68,8 @@ int config_from_fixture(config *c, const struct json *fx);
  * inference/config.json form), computing the Engram primes, offsets and multipliers as the
  * release does; token_map [vocab_size] is the compressed token map (copied). */
 int config_from_checkpoint(config *c, const struct json *root, const int64_t *token_map);
+/* The geometry alone, without the Engram hash tables and token map (for writing the layout). */
+int config_geometry(config *c, const struct json *root);
 void config_free(config *c);
 
 /* ---- weights: a matrix in its storage format, never widened in memory */
