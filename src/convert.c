@@ -275,7 +275,7 @@ static void put_list(text *t, const char *key, const int32_t *v, int n) {
 
 /* config.json in the served form: text_config under the HF names, quantization_config when fp8 */
 static void config_json(const config *c, int fp8, text *t) {
-    int32_t kv[MAX_LAYERS], ix[MAX_LAYERS], nkv = 0, nix = 0, rows[MAX_ENGRAM];
+    int32_t kv[MAX_LAYERS], ix[MAX_LAYERS], nkv = 0, nix = 0;
     for (int l = 0; l < c->n_layers; l++) {
         if (c->is_kv_source[l]) kv[nkv++] = l;
         if (c->is_index_source[l]) ix[nix++] = l;
@@ -303,12 +303,13 @@ static void config_json(const config *c, int fp8, text *t) {
     put(t, ",\n    \"hc_mult\": %d,\n    \"hc_sinkhorn_iters\": %d,\n    \"hc_eps\": %.9g", c->hc_mult, c->hc_sinkhorn_iters, c->hc_eps);
     put_list(t, "engram_layer_ids", c->engram_layer, c->n_engram);
     if (c->n_engram) {
-        for (int i = 0; i < c->n_engram; i++) rows[i] = (int32_t)c->engram_rows[i];
         put(t, ",\n    \"engram_max_ngram_size\": %d,\n    \"engram_vocab_size\": %lld", c->engram_max_ngram, (long long)c->engram_vocab_size);
         put(t, ",\n    \"engram_n_heads\": %d,\n    \"engram_head_dim\": %d", c->engram_n_heads, c->engram_head_dim);
         put(t, ",\n    \"engram_pad_token_id\": %d,\n    \"engram_compressed_vocab_size\": %lld", c->engram_pad_id,
             (long long)c->engram_compressed_vocab);
-        put_list(t, "engram_num_embeddings", rows, c->n_engram);
+        put(t, ",\n    \"engram_num_embeddings\": [");
+        for (int i = 0; i < c->n_engram; i++) put(t, "%s%lld", i ? ", " : "", (long long)c->engram_rows[i]);
+        put(t, "]");
     } else {
         put(t, ",\n    \"engram_max_ngram_size\": %d,\n    \"engram_n_heads\": %d,\n    \"engram_head_dim\": %d",
             c->engram_max_ngram, c->engram_n_heads, c->engram_head_dim);

@@ -113,6 +113,10 @@ elif what == "header_json": open(shard, "wb").write(raw[:8] + b"{not json" + raw
 elif what == "offsets": head["layers.0.attn.wq_a.weight"]["data_offsets"][1] += 10 ** 9; rewrite(head)
 elif what == "dtype": head["layers.0.attn.wq_a.weight"]["dtype"] = "F16"; rewrite(head)
 elif what == "shape": head["layers.0.attn.wq_a.weight"]["shape"] = [32, 32]; rewrite(head)
+elif what == "overflow":  # a shape whose byte count wraps 64 bits to exactly the data's size
+    t = head["layers.0.attn.wq_a.weight"]
+    size = t["data_offsets"][1] - t["data_offsets"][0]
+    t["dtype"], t["shape"] = "BF16", [2 ** 62 + size // 4, 2]; rewrite(head)
 elif what == "missing":
     del head["layers.0.attn.wq_a.weight"]; rewrite(head)
     idx = json.load(open(os.path.join(d, "model.safetensors.index.json")))
@@ -162,7 +166,7 @@ elif what == "roles":
     json.dump(c, open(os.path.join(d, "config.json"), "w"))
 PY
 }
-for case in truncated header_json offsets dtype shape missing no_shard roles; do
+for case in truncated header_json offsets dtype shape overflow missing no_shard roles; do
     broken $case
     expect_error "checkpoint: $case" ./dsv41 inspect "$tmp/b_$case"
     grep -q "model-0000\|safetensors\|wq_a\|tensor" "$tmp/err" && ok || bad "checkpoint $case: the error names no file or tensor: $(cat "$tmp/err")"
