@@ -458,35 +458,33 @@ int dsv41_synth_skeleton(const char *config_path, int32_t n_shards, const char *
     if (!cfg.s) return set_error("%s", err);
     cfg.n = cfg.cap = len;
     json *j = json_parse(cfg.s, len, err, sizeof err);
+    if (!j) {
+        free(cfg.s);
+        return set_error("%s: %s", config_path, err);
+    }
     config c;
-    int rc = j ? config_geometry(&c, j) : set_error("%s: %s", config_path, err);
+    int rc = config_geometry(&c, j);
     json_free(j);
     if (rc) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "%s", dsv41_error());
         free(cfg.s);
-        return rc;
+        return set_error("%s: %s", config_path, msg);
     }
     inventory inv = {0};
     out_list o = {0};
     if (n_shards <= c.n_engram) rc = set_error("skeleton: %d shards cannot hold %d Engram tables and the rest", n_shards, c.n_engram);
     else rc = inventory_build(&c, &inv);
     int64_t rest = 0, before = 0;
-    static const struct { const char *dt; int size; } SZ[] = {{"F32", 4}, {"BF16", 2}, {"F8_E4M3", 1}, {"F8_E8M0", 1}, {"I8", 1}};
-    int64_t *bytes = rc ? NULL : malloc(inv.n * sizeof *bytes);
-    if (!rc && !bytes) rc = set_error("out of memory");
-    for (size_t i = 0; rc == 0 && i < inv.n; i++) {
-        const inv_tensor *t = &inv.t[i];
-        int size = 0;
-        for (size_t k = 0; k < sizeof SZ / sizeof *SZ; k++)
-            if (!strcmp(t->dtype, SZ[k].dt)) size = SZ[k].size;
-        bytes[i] = t->shape[0] * t->shape[1] * size; /* < 2^37 for the largest table */
-        if (!strstr(t->name, ".engram.embed.")) rest += bytes[i];
-    }
+    for (size_t i = 0; rc == 0 && i < inv.n; i++)
+        if (!strstr(inv.t[i].name, ".engram.embed.")) rest += inv.t[i].nbytes;
     int32_t tables = 0;
     for (size_t i = 0; rc == 0 && i < inv.n; i++) {
         const inv_tensor *t = &inv.t[i];
         int32_t sh = skeleton_shard(t->name, before, rest, n_shards - c.n_engram, &tables);
-        if (!strstr(t->name, ".engram.embed.")) before += bytes[i];
-        if (!add_out(&o, t->name, t->dtype, t->ndim, t->shape[0], t->shape[1], NULL, (size_t)bytes[i], sh)) rc = set_error("out of memory");
+        if (!strstr(t->name, ".engram.embed.")) before += t->nbytes;
+        if (!add_out(&o, t->name, t->dtype, t->ndim, t->shape[0], t->shape[1], NULL, (size_t)t->nbytes, sh))
+            rc = set_error("out of memory");
     }
     /* The release derives the Engram token map from its tokenizer; a skeleton has none, so it
      * gets a placeholder in range (token i -> i mod the compressed vocabulary). */
@@ -497,7 +495,6 @@ int dsv41_synth_skeleton(const char *config_path, int32_t n_shards, const char *
     }
     if (rc == 0) rc = write_checkpoint(&c, &o, n_shards, &cfg, out_dir);
     inventory_free(&inv);
-    free(bytes);
     out_free(&o);
     config_free(&c);
     free(cfg.s);

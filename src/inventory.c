@@ -15,7 +15,7 @@
 
 typedef enum { K_BF16, K_F32, K_FP8, K_FP8_ROWS, K_FP4 } kind;
 
-static int push(inventory *inv, const char *name, const char *dtype, int32_t ndim, int64_t r, int64_t c) {
+static int push(inventory *inv, const char *name, const char *dtype, int32_t elem, int32_t ndim, int64_t r, int64_t c) {
     if (inv->n == inv->cap) {
         size_t cap = inv->cap ? inv->cap * 2 : 4096;
         inv_tensor *nt = realloc(inv->t, cap * sizeof *nt);
@@ -29,6 +29,7 @@ static int push(inventory *inv, const char *name, const char *dtype, int32_t ndi
     t->ndim = ndim;
     t->shape[0] = r;
     t->shape[1] = ndim > 1 ? c : 1;
+    t->nbytes = r * t->shape[1] * elem; /* < 2^37 for the largest Engram table */
     return 0;
 }
 
@@ -41,11 +42,11 @@ static int add(inventory *inv, const char *prefix, kind k, int64_t r, int64_t c,
     va_end(ap);
     snprintf(name, sizeof name, "%s%s", prefix, base);
     int32_t nd = c ? 2 : 1;
-    if (k == K_BF16 || k == K_F32) return push(inv, name, k == K_BF16 ? "BF16" : "F32", nd, r, c);
-    int rc = k == K_FP4 ? push(inv, name, "I8", 2, r, (c + 1) / 2) : push(inv, name, "F8_E4M3", 2, r, c);
+    if (k == K_BF16 || k == K_F32) return k == K_BF16 ? push(inv, name, "BF16", 2, nd, r, c) : push(inv, name, "F32", 4, nd, r, c);
+    int rc = k == K_FP4 ? push(inv, name, "I8", 1, 2, r, (c + 1) / 2) : push(inv, name, "F8_E4M3", 1, 2, r, c);
     snprintf(name, sizeof name, "%s%.*s.scale", prefix, (int)strlen(base) - 7, base); /* X.weight -> X.scale */
     int64_t sr = k == K_FP8 ? (r + 31) / 32 : r;
-    return rc || push(inv, name, "F8_E8M0", 2, sr, (c + 31) / 32);
+    return rc || push(inv, name, "F8_E8M0", 1, 2, sr, (c + 31) / 32);
 }
 
 /* What a backbone layer and a DSpark block share: norms, mHC, attention, the MoE with E experts. */

@@ -9,6 +9,7 @@ typedef struct {
     const char *dtype;       /* safetensors dtype: "BF16", "F32", "F8_E4M3", "F8_E8M0", "I8" (packed fp4) */
     int32_t ndim;            /* 1 or 2 */
     int64_t shape[2];        /* as stored: [rows][cols] ([rows][cols/2] for I8), [rows][1] for a vector */
+    int64_t nbytes;          /* its data */
 } inv_tensor;
 
 typedef struct {

@@ -20,6 +20,11 @@ used=$(du -sk "$tmp/v41" | cut -f1)
 [ "$used" -lt 65536 ] && ok || bad "the 509 GB skeleton takes $used kB of disk"
 [ -z "$(ls "$tmp" | grep tmp-)" ] && cmp -s "$cfg" "$tmp/v41/config.json" && ok || bad "renamed into place, config copied verbatim"
 expect_error "synth --skeleton over an existing directory" ./dsv41 synth --skeleton --config "$cfg" -o "$tmp/v41"
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); del c["text_config"]["hidden_size"]; json.dump(c, open(sys.argv[2], "w"))' \
+    "$cfg" "$tmp/nodim.json"
+expect_error "synth --skeleton with a config missing a key" ./dsv41 synth --skeleton --config "$tmp/nodim.json" -o "$tmp/bad"
+grep -q "hidden_size\|'dim'" "$tmp/err" && [ ! -e "$tmp/bad" ] && [ -z "$(ls "$tmp" | grep tmp-)" ] && ok ||
+    bad "a failed skeleton names the key and leaves nothing behind: $(cat "$tmp/err")"
 
 # 48 shards as the release has them, each Engram table (and its scales) alone in one of the last two
 python3 - "$tmp/v41" <<'PY' && ok || bad "the skeleton's shards"
