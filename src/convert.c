@@ -421,6 +421,13 @@ int dsv41_convert_golden(const dsv41_golden *g, const char *dtype, const char *o
     return rc;
 }
 
+/* The last error, prefixed with the file it is about; returns -1. */
+static int error_in(const char *path) {
+    char msg[600];
+    snprintf(msg, sizeof msg, "%s", dsv41_error());
+    return set_error("%s: %s", path, msg);
+}
+
 int dsv41_synth(const char *config_path, const char *dtype, const char *out_dir) {
     char err[512];
     json *j = json_load_file(config_path, err, sizeof err);
@@ -428,11 +435,7 @@ int dsv41_synth(const char *config_path, const char *dtype, const char *out_dir)
     config c;
     int rc = config_from_fixture(&c, j);
     json_free(j);
-    if (rc) {
-        char msg[600];
-        snprintf(msg, sizeof msg, "%s", dsv41_error());
-        return set_error("%s: %s", config_path, msg);
-    }
+    if (rc) return error_in(config_path);
     weight_source *rule = rule_source_new(&c);
     if (!rule) { config_free(&c); return -1; }
     rc = convert(&c, rule, dtype, out_dir);
@@ -466,10 +469,8 @@ int dsv41_synth_skeleton(const char *config_path, int32_t n_shards, const char *
     int rc = config_geometry(&c, j);
     json_free(j);
     if (rc) {
-        char msg[600];
-        snprintf(msg, sizeof msg, "%s", dsv41_error());
         free(cfg.s);
-        return set_error("%s: %s", config_path, msg);
+        return error_in(config_path);
     }
     inventory inv = {0};
     out_list o = {0};
