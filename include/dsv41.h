@@ -35,8 +35,9 @@ dsv41_model *dsv41_model_from_golden(const dsv41_golden *g);
  * layers. Tensors are memory-mapped and used in place. */
 dsv41_model *dsv41_model_load(const char *dir);
 void dsv41_model_free(dsv41_model *m);
-/* Prints the config, the layer roles, tensor counts and bytes per storage dtype, and the bytes
- * of weights one decoded token reads. */
+/* Prints the config, the layer roles, tensor counts and bytes per storage dtype, a loaded
+ * checkpoint's tensor, shard and byte counts (and how many tensors the text pass leaves unread),
+ * and the bytes of weights one decoded token reads. */
 void dsv41_model_describe(const dsv41_model *m, FILE *out);
 int32_t dsv41_model_vocab_size(const dsv41_model *m);
 int32_t dsv41_model_max_seq_len(const dsv41_model *m);
