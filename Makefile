@@ -31,8 +31,12 @@ build/tiny_model.o: build/tiny_model.c
 build/libdsv41.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-dsv41: $(wildcard cli/*.c cli/*.h) build/libdsv41.a
-	$(CC) $(CFLAGS) $(wildcard cli/*.c) build/libdsv41.a $(LDLIBS) $(CLI_LDLIBS) -o $@
+# ---- the HTTP server (`dsv41 serve`): its own folder, linked into the program only
+SERVER_SRC    = $(wildcard server/*.c)
+SERVER_LDLIBS = -lmicrohttpd
+
+dsv41: $(wildcard cli/*.c cli/*.h) $(SERVER_SRC) $(wildcard server/*.h) build/libdsv41.a
+	$(CC) $(CFLAGS) -Icli $(wildcard cli/*.c) $(SERVER_SRC) build/libdsv41.a $(LDLIBS) $(CLI_LDLIBS) $(SERVER_LDLIBS) -o $@
 
 # dsv41-mpi: the same program with the model split across MPI ranks (`make dsv41-mpi`, needs
 # mpicc). mpi/main.c starts MPI and runs the command line on rank 0, so the CLI's main is

@@ -7,5 +7,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_render(int argc, char **argv);
 int cmd_run_text(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
+/* server/serve.c */
+int cmd_serve(int argc, char **argv);
 
 #endif

@@ -20,6 +20,8 @@ static int usage(void) {
             "      [--think low|high|max|N] [--system TEXT] [--stop STR] [-t THREADS]\n"
             "                              answer one user message, streaming the reply\n"
             "  chat -m DIR [the same options]   an interactive conversation (/reset, /quit; Ctrl-C stops a reply)\n"
+            "  serve -m DIR [--host 127.0.0.1] [--port 8080] [-np N] [-c CTX] [-t N] [--api-key KEY] [--timeout S] [--queue N]\n"
+            "                              an OpenAI-compatible HTTP server (chat, completions, streaming, tool calls)\n"
             "  convert --golden GOLDEN.json --dtype bf16|fp8 -o DIR\n"
             "                              write the golden's model as a checkpoint in the release layout\n"
             "  synth --config FILE -o DIR [--dtype bf16|fp8]\n"
@@ -243,6 +245,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "synth")) return cmd_synth(argc - 2, argv + 2);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(argv[1], "chat")) return cmd_chat(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "serve")) return cmd_serve(argc - 2, argv + 2);
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) { usage(); return 0; }
     fprintf(stderr, "dsv41: unknown command '%s' (dsv41 --help lists them)\n", argv[1]);
     return 2;

@@ -1,5 +1,6 @@
 /* json.c - recursive-descent JSON parser into a node tree (see json.h). */
 #include "json.h"
+#include "model.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -292,4 +293,39 @@ const json *json_at(const json *a, size_t i) {
 int64_t json_i64(const json *n) {
     if (n->is_int) return (int64_t)n->bits;
     return (int64_t)n->num;
+}
+
+/* ---- the public face: dsv41_json is this parser's node */
+
+dsv41_json *dsv41_json_parse(const char *text, size_t len) {
+    char err[256];
+    json *j = json_parse(text, len, err, sizeof err);
+    if (!j) set_error("%s", err);
+    return j;
+}
+
+void dsv41_json_free(dsv41_json *root) { json_free(root); }
+
+dsv41_json_type dsv41_json_type_of(const dsv41_json *v) { return v ? v->type : DSV41_JSON_NULL; }
+
+const dsv41_json *dsv41_json_get(const dsv41_json *obj, const char *key) { return json_get(obj, key); }
+
+const dsv41_json *dsv41_json_at(const dsv41_json *v, size_t i) {
+    return v && (v->type == JSON_ARR || v->type == JSON_OBJ) && i < v->len ? &v->items[i] : NULL;
+}
+
+size_t dsv41_json_len(const dsv41_json *v) {
+    return v && (v->type == JSON_STR || v->type == JSON_ARR || v->type == JSON_OBJ) ? v->len : 0;
+}
+
+const char *dsv41_json_key(const dsv41_json *obj, size_t i) {
+    return obj && obj->type == JSON_OBJ && i < obj->len ? obj->keys[i] : NULL;
+}
+
+const char *dsv41_json_str(const dsv41_json *v) { return v && v->type == JSON_STR ? v->str : NULL; }
+
+double dsv41_json_num(const dsv41_json *v, int *is_int) {
+    int num = v && (v->type == JSON_NUM || v->type == JSON_BOOL);
+    if (is_int) *is_int = num && v->type == JSON_NUM && v->is_int;
+    return num ? v->num : 0.0;
 }

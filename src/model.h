@@ -61,15 +61,15 @@ typedef struct {
 static inline int32_t engram_cols(const config *c) { return (c->engram_max_ngram - 1) * c->engram_n_heads; }
 int config_engram_index(const config *c, int32_t layer); /* -1 when not an engram layer */
 
-struct json;
+struct dsv41_json;
 /* Fill c from a golden-fixture-shaped object (the golden's "fixture", models/tiny.json). */
-int config_from_fixture(config *c, const struct json *fx);
+int config_from_fixture(config *c, const struct dsv41_json *fx);
 /* Fill c from a checkpoint's config.json (served form with text_config, or the flat
  * inference/config.json form), computing the Engram primes, offsets and multipliers as the
  * release does; token_map [vocab_size] is the compressed token map (copied). */
-int config_from_checkpoint(config *c, const struct json *root, const int64_t *token_map);
+int config_from_checkpoint(config *c, const struct dsv41_json *root, const int64_t *token_map);
 /* The geometry alone, without the Engram hash tables and token map (for writing the layout). */
-int config_geometry(config *c, const struct json *root);
+int config_geometry(config *c, const struct dsv41_json *root);
 void config_free(config *c);
 
 /* ---- weights: a matrix in its storage format, never widened in memory */
