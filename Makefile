@@ -31,12 +31,17 @@ build/tiny_model.o: build/tiny_model.c
 build/libdsv41.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-# ---- the HTTP server (`dsv41 serve`): its own folder, linked into the program only
+# ---- the HTTP server (`dsv41 serve`): its own folder, linked into the program only; the chat
+# page's files (server/ui/NAME.EXT) are embedded as the arrays ui_NAME_EXT
 SERVER_SRC    = $(wildcard server/*.c)
+SERVER_UI     = $(patsubst server/ui/%,build/ui_%.c,$(wildcard server/ui/*))
 SERVER_LDLIBS = -lmicrohttpd
 
-dsv41: $(wildcard cli/*.c cli/*.h) $(SERVER_SRC) $(wildcard server/*.h) build/libdsv41.a
-	$(CC) $(CFLAGS) -Icli $(wildcard cli/*.c) $(SERVER_SRC) build/libdsv41.a $(LDLIBS) $(CLI_LDLIBS) $(SERVER_LDLIBS) -o $@
+build/ui_%.c: server/ui/% build/embed
+	build/embed $< ui_$(subst .,_,$*) > $@.tmp && mv $@.tmp $@
+
+dsv41: $(wildcard cli/*.c cli/*.h) $(SERVER_SRC) $(SERVER_UI) $(wildcard server/*.h) build/libdsv41.a
+	$(CC) $(CFLAGS) -Icli $(wildcard cli/*.c) $(SERVER_SRC) $(SERVER_UI) build/libdsv41.a $(LDLIBS) $(CLI_LDLIBS) $(SERVER_LDLIBS) -o $@
 
 # dsv41-mpi: the same program with the model split across MPI ranks (`make dsv41-mpi`, needs
 # mpicc). mpi/main.c starts MPI and runs the command line on rank 0, so the CLI's main is

@@ -178,11 +178,38 @@ static int key_matches(const char *given, const char *key) {
     return diff == 0;
 }
 
+/* The chat page's files, embedded at build time (build/ui_*.c). They need no key: the page
+ * asks for one and sends it with its API calls. The policy allows only this origin's files, so
+ * no inline script or style and nothing from elsewhere can run. */
+extern const char ui_index_html[], ui_chat_js[], ui_chat_css[];
+static const struct { const char *path, *type, *body; } pages[] = {
+    {"/", "text/html; charset=utf-8", ui_index_html},
+    {"/chat.js", "text/javascript; charset=utf-8", ui_chat_js},
+    {"/chat.css", "text/css; charset=utf-8", ui_chat_css},
+};
+
+static enum MHD_Result send_page(request *rq, size_t i) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(pages[i].body), (void *)pages[i].body, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", pages[i].type);
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "Content-Security-Policy",
+                            "default-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    rq->status = 200;
+    enum MHD_Result ok = MHD_queue_response(rq->conn, 200, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
 static enum MHD_Result route(request *rq) {
     server *sv = rq->sv;
     const char *p = rq->path, *m = rq->method;
-    int get = !strcmp(m, "GET"), post = !strcmp(m, "POST");
+    int get = !strcmp(m, "GET") || !strcmp(m, "HEAD"), post = !strcmp(m, "POST");
     jbuf out = {0};
+    for (size_t i = 0; get && i < sizeof pages / sizeof pages[0]; i++)
+        if (!strcmp(p, pages[i].path)) return send_page(rq, i);
+    if (get && !strcmp(p, "/favicon.ico")) return send_buf(rq, 204, &out, "image/x-icon"); /* none: a browser asks anyway */
     if (sv->api_key && strcmp(p, "/health")) {
         const char *auth = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Authorization");
         if (!auth || strncmp(auth, "Bearer ", 7) || !key_matches(auth + 7, sv->api_key))

@@ -2,7 +2,8 @@
 # serve.sh - `dsv41 serve` over HTTP on loopback: the tiny geometry with the real 129,280-token
 # vocabulary and the V4.1 tokenizer. Greedy replies are checked against `dsv41 run -p` (whole,
 # streamed, as a raw completion), 8 clients at once get what each gets alone, the official
-# `openai` npm client drives a chat, a stream and a tool-call round trip, every kind of bad
+# `openai` npm client drives a chat, a stream and a tool-call round trip, headless chromium
+# drives the chat page at / (tests/serve_page.mjs), every kind of bad
 # request gets its status and OpenAI's
 # error shape while the server keeps serving, a client that hangs up frees its slot, a bounded
 # load leaves the memory flat, and SIGTERM ends streams cleanly with exit 0.
@@ -158,11 +159,24 @@ for i in 0 1 2 3 4 5 6 7; do cmp -s "$tmp/par$i.txt" "$tmp/alone$i.txt" && same=
 # the official openai client
 if [ -d tests/node/node_modules/openai ] && command -v node >/dev/null; then
     out=$(node tests/serve_client.mjs "http://127.0.0.1:$port" "$tmp/hello" $n 2>&1)
-    printf '%s\n' "$out" | grep '^FAIL' | sed 's/^FAIL: /openai client: /' | while read -r l; do echo "FAIL: $l"; done
+    printf '%s\n' "$out" | grep '^FAIL' | sed 's/^FAIL: /FAIL: openai client: /'
     line=$(printf '%s\n' "$out" | tail -n 1)
     case $line in *" passed, 0 failed") ok ;; *) bad "openai client: $line" ;; esac
 else
     bad "the openai npm package is missing: .ci/run installs it (npm ci --prefix tests/node)"
+fi
+
+# the chat page: its security headers, then a real browser
+hdr=$(curl -s -D - -o "$tmp/page" "http://127.0.0.1:$port/")
+printf '%s' "$hdr" | grep -qi "^content-security-policy: default-src 'self'" && printf '%s' "$hdr" | grep -qi '^x-content-type-options: nosniff' &&
+    grep -q 'id="prompt"' "$tmp/page" && ok || bad "GET /: $(printf '%s' "$hdr" | head -c 400)"
+if [ -d tests/node/node_modules/puppeteer-core ] && [ -x "${CHROMIUM:-/usr/bin/chromium}" ] && command -v node >/dev/null; then
+    out=$(node tests/serve_page.mjs "http://127.0.0.1:$port" 2>&1)
+    printf '%s\n' "$out" | grep '^FAIL' | sed 's/^FAIL: /FAIL: chat page: /'
+    line=$(printf '%s\n' "$out" | tail -n 1)
+    case $line in *" passed, 0 failed") ok ;; *) bad "chat page in chromium: $line" ;; esac
+else
+    bad "puppeteer-core or chromium is missing: .ci/run installs them"
 fi
 
 # bad requests: status and error shape, and the server goes on
