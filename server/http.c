@@ -66,7 +66,8 @@ static enum MHD_Result send_buf(request *rq, int status, jbuf *b, const char *ty
         api_error(b, 500, NULL, "out of memory");
         status = 500;
     }
-    struct MHD_Response *r = MHD_create_response_from_buffer(b->n, b->p ? b->p : (void *)"", MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *r = b->p ? MHD_create_response_from_buffer(b->n, b->p, MHD_RESPMEM_MUST_FREE)
+                                  : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!r) return MHD_NO;
     b->p = NULL;
     *b = (jbuf){0};
