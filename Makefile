@@ -52,8 +52,9 @@ CLI_SRC = $(wildcard cli/*.c)
 build/mpi_cli_%.o: cli/%.c $(wildcard cli/*.h) include/dsv41.h | build
 	$(CC) $(CFLAGS) -Dmain=dsv41_cli_main -c $< -o $@
 
-dsv41-mpi: mpi/main.c $(CLI_SRC:cli/%.c=build/mpi_cli_%.o) build/libdsv41.a
-	$(MPICC) $(CFLAGS) mpi/main.c $(CLI_SRC:cli/%.c=build/mpi_cli_%.o) build/libdsv41.a $(LDLIBS) $(CLI_LDLIBS) -o $@
+dsv41-mpi: mpi/main.c $(CLI_SRC:cli/%.c=build/mpi_cli_%.o) $(SERVER_SRC) $(SERVER_UI) $(wildcard server/*.h) build/libdsv41.a
+	$(MPICC) $(CFLAGS) -Icli mpi/main.c $(CLI_SRC:cli/%.c=build/mpi_cli_%.o) $(SERVER_SRC) $(SERVER_UI) build/libdsv41.a \
+		$(LDLIBS) $(CLI_LDLIBS) $(SERVER_LDLIBS) -o $@
 
 build/test_%: tests/test_%.c tests/testing.h build/libdsv41.a
 	$(CC) $(CFLAGS) $< build/libdsv41.a $(LDLIBS) -o $@
