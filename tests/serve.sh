@@ -125,6 +125,11 @@ assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] 
 assert len(chunks) >= int(sys.argv[3]), "one chunk per token"
 PY
 
+# thinking mode: the reply (this model never closes its reasoning) comes back as reasoning_content
+req POST /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"reasoning_effort":"high","max_tokens":4,"seed":3}'
+[ "$code" = 200 ] && grep -q '"message":{"role":"assistant","content":"","reasoning_content":"[^"]' "$tmp/resp" && ok ||
+    bad "thinking mode: $(head -c 300 "$tmp/resp")"
+
 # the raw completion of the rendered prompt is the chat reply
 printf '{"messages":[{"role":"user","content":"Question 1: what is 1 + 1?"}],"options":{"thinking_mode":"chat"}}' >"$tmp/case.json"
 ./dsv41 render --chat "$tmp/case.json" >"$tmp/prompt"
