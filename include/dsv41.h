@@ -11,8 +11,16 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* The library's version; dsv41_version() is the one the program linked against. */
+#define DSV41_VERSION "0.1.0"
+
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+/* The library is built with hidden visibility; what this header declares is its interface. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
 #endif
 
 typedef struct dsv41_model dsv41_model;
@@ -22,6 +30,18 @@ typedef struct dsv41_golden dsv41_golden;
 
 /* The last error of this thread, one line without a newline. */
 const char *dsv41_error(void);
+
+/* DSV41_VERSION of the library in use. */
+const char *dsv41_version(void);
+/* The kernel sets this CPU runs, slowest first, separated by spaces ("scalar avx2 avx512"); the
+ * last is the one used by default. */
+const char *dsv41_kernel_sets(void);
+
+/* Long calls of this thread (dsv41_synth, dsv41_convert_golden, dsv41_model_load, each phase
+ * of dsv41_bench) report through fn: what is being done, and done of total units (total > 0;
+ * done == total ends the phase). NULL turns it off. The setting is the calling thread's own. */
+typedef void (*dsv41_progress_fn)(void *ctx, const char *what, int64_t done, int64_t total);
+void dsv41_set_progress(dsv41_progress_fn fn, void *ctx);
 
 /* Worker threads for the kernels (default: one per online core). Results do not depend on it. */
 int dsv41_set_threads(int32_t n);
@@ -97,11 +117,25 @@ typedef struct {
     float top_p;        /* 1: off */
     float min_p;        /* 0: off */
     uint64_t seed;      /* the same seed, logits and parameters give the same tokens */
+    /* penalties on tokens of the recent history, applied by dsv41_apply_penalties */
+    float repeat_penalty;    /* 1: off; a seen token's logit is divided (> 0) or multiplied (< 0) by it */
+    float presence_penalty;  /* 0: off; subtracted once from a seen token's logit */
+    float frequency_penalty; /* 0: off; subtracted once per occurrence */
+    int32_t penalty_last_n;  /* how many of the latest tokens count (0: none) */
 } dsv41_sampler_params;
+/* Temperature 0.6, top-p 0.95, no top-k or min-p, seed 0, penalties off over the last 64. */
+dsv41_sampler_params dsv41_sampler_params_default(void);
 typedef struct dsv41_sampler dsv41_sampler;
 dsv41_sampler *dsv41_sampler_new(const dsv41_sampler_params *p, int32_t vocab_size);
 void dsv41_sampler_free(dsv41_sampler *s);
 int32_t dsv41_sample(dsv41_sampler *s, const float *logits);
+/* Applies p's penalties to logits [vocab_size] in place, for the tokens among the last
+ * p->penalty_last_n of history [n] (prompt and generated ids, oldest first); call it before
+ * dsv41_sample. Returns 0, or -1 for an id outside the vocabulary or out of memory. */
+int dsv41_apply_penalties(const dsv41_sampler_params *p, const int32_t *history, int32_t n, float *logits, int32_t vocab_size);
+/* The natural log of token id's probability under the softmax of logits [vocab_size] (the
+ * model's distribution, before temperature or penalties); -INFINITY for an id outside. */
+float dsv41_logprob(const float *logits, int32_t vocab_size, int32_t id);
 
 /* ---- traces */
 dsv41_trace *dsv41_trace_new(void);
@@ -137,7 +171,16 @@ dsv41_tokenizer *dsv41_tokenizer_load(const char *path);
  * added_tokens_path ({"tokens": [{"id": N, "content": "spelling", "special": B?}, ...]}, the
  * layout of v41_added_tokens.json), as the V4.1 test tokenizer is built. */
 dsv41_tokenizer *dsv41_tokenizer_load_with_added(const char *path, const char *added_tokens_path);
+/* The tokenizer of a checkpoint directory: dir/tokenizer.json, with BOS and EOS from
+ * dir/config.json (bos_token_id, eos_token_id; top level or text_config), else from
+ * dir/tokenizer_config.json (bos_token, eos_token), else the V4.1 spellings. */
+dsv41_tokenizer *dsv41_tokenizer_load_dir(const char *dir);
 void dsv41_tokenizer_free(dsv41_tokenizer *t);
+/* The begin- and end-of-sentence ids (-1 when the tokenizer has none). */
+int32_t dsv41_tokenizer_bos(const dsv41_tokenizer *t);
+int32_t dsv41_tokenizer_eos(const dsv41_tokenizer *t);
+/* 1 when id is a special token (a control token a reply shows only on request), else 0. */
+int dsv41_token_is_special(const dsv41_tokenizer *t, int32_t id);
 int32_t dsv41_tokenizer_n_vocab(const dsv41_tokenizer *t);
 /* The id of a token spelling (added, or vocabulary as written in tokenizer.json: "Ġcalls"), or -1. */
 int32_t dsv41_tokenizer_find(const dsv41_tokenizer *t, const char *spelling);
@@ -163,6 +206,23 @@ int64_t dsv41_detokenize(const dsv41_tokenizer *t, dsv41_utf8_stream *st, int32_
  * the schema of chat_vectors.json, to the prompt text. Returns a malloc'd NUL-terminated
  * string, or NULL with dsv41_error() for an invalid case. */
 char *dsv41_chat_render(const char *case_json, size_t len);
+/* One message of a conversation. */
+typedef struct {
+    const char *role;              /* "system", "user", "developer", "assistant" or "tool" */
+    const char *content;           /* UTF-8 text */
+    const char *reasoning_content; /* an assistant's thinking, or NULL */
+} dsv41_chat_message;
+typedef struct {
+    int32_t thinking;          /* 1: thinking mode, 0: chat mode */
+    int32_t reasoning_effort;  /* 1 to 100 (low 50, high 75, max 100); 0: high */
+} dsv41_chat_options;
+/* Renders messages [n] as dsv41_chat_render renders the same case; opts NULL is the encoder's
+ * default (thinking mode, effort high). Returns a malloc'd string, or NULL with dsv41_error(). */
+char *dsv41_chat_render_messages(const dsv41_chat_message *msgs, int32_t n, const dsv41_chat_options *opts);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 /* A generated reply's parts, as byte offsets into its text: the reasoning text[0,
  * reasoning_end) (thinking mode: the prompt ended with <think>), the answer text[content_start,

@@ -19,6 +19,8 @@
 
 /* Record a one-line error for dsv41_error(); returns -1 so callers can `return set_error(...)`. */
 int set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Reports done of total units of a long call to the thread's dsv41_set_progress hook. */
+void progress_report(const char *what, int64_t done, int64_t total);
 
 /* ---- config: every geometry value, read from a fixture / config file */
 typedef struct {

@@ -71,6 +71,7 @@ struct dsv41_tokenizer {
     int32_t n_trie, cap_trie;
     pcre2_code *split[MAX_SPLITS];
     int32_t n_split;
+    int32_t bos, eos;       /* begin / end of sentence ids, -1 when absent */
 };
 
 /* ---- UTF-8 */
@@ -520,6 +521,8 @@ static dsv41_tokenizer *load(const char *path, const char *added_path) {
         dsv41_tokenizer_free(t);
         return NULL;
     }
+    t->bos = dsv41_tokenizer_find(t, "<｜begin▁of▁sentence｜>");
+    t->eos = dsv41_tokenizer_find(t, "<｜end▁of▁sentence｜>");
     return t;
 }
 
@@ -553,6 +556,19 @@ int32_t dsv41_tokenizer_find(const dsv41_tokenizer *t, const char *spelling) {
 
 int tokenizer_is_special(const dsv41_tokenizer *t, int32_t id) {
     return id >= 0 && id < t->n_vocab && t->kind[id] == TOK_SPECIAL;
+}
+
+int dsv41_token_is_special(const dsv41_tokenizer *t, int32_t id) { return tokenizer_is_special(t, id); }
+
+int32_t dsv41_tokenizer_bos(const dsv41_tokenizer *t) { return t->bos; }
+int32_t dsv41_tokenizer_eos(const dsv41_tokenizer *t) { return t->eos; }
+
+int tokenizer_set_ends(dsv41_tokenizer *t, int32_t bos, int32_t eos) {
+    if (bos < -1 || bos >= t->n_vocab || eos < -1 || eos >= t->n_vocab)
+        return set_error("tokenizer: bos %d / eos %d outside the vocabulary of %d", bos, eos, t->n_vocab);
+    t->bos = bos;
+    t->eos = eos;
+    return 0;
 }
 
 const char *dsv41_token_bytes(const dsv41_tokenizer *t, int32_t id, size_t *len) {

@@ -10,5 +10,7 @@
  * A replacement table without flags keeps the base file's flag for the same spelling and
  * marks spellings the base file lacks as special. */
 int tokenizer_is_special(const dsv41_tokenizer *t, int32_t id);
+/* Sets the begin / end of sentence ids (-1: none); returns -1 for an id outside. */
+int tokenizer_set_ends(dsv41_tokenizer *t, int32_t bos, int32_t eos);
 
 #endif

@@ -45,12 +45,12 @@ static void test_chunked_append(const dsv41_golden *g, const dsv41_model *m) {
 static void test_sampler(void) {
     enum { V = 8, N = 20000 };
     float logits[V] = {1.0f, 3.0f, 2.0f, 2.9f, -1.0f, 0.5f, 3.0f, 0.0f};
-    dsv41_sampler_params greedy = {0.0f, 0, 1.0f, 0.0f, 1};
+    dsv41_sampler_params greedy = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .seed = 1};
     dsv41_sampler *s = dsv41_sampler_new(&greedy, V);
     CHECK(s && dsv41_sample(s, logits) == 1, "greedy picks the largest logit, the lower id on a tie");
     dsv41_sampler_free(s);
 
-    dsv41_sampler_params p = {1.0f, 0, 1.0f, 0.0f, 42};
+    dsv41_sampler_params p = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .seed = 42};
     dsv41_sampler *a = dsv41_sampler_new(&p, V), *b = dsv41_sampler_new(&p, V);
     int same = 1, counts[V] = {0};
     for (int i = 0; i < N; i++) {
@@ -70,7 +70,9 @@ static void test_sampler(void) {
     dsv41_sampler_free(a);
     dsv41_sampler_free(b);
 
-    dsv41_sampler_params k2 = {1.0f, 2, 1.0f, 0.0f, 7}, tp = {1.0f, 0, 0.5f, 0.0f, 7}, mp = {1.0f, 0, 1.0f, 0.5f, 7};
+    dsv41_sampler_params k2 = {.temperature = 1.0f, .top_k = 2, .top_p = 1.0f, .min_p = 0.0f, .seed = 7},
+                         tp = {.temperature = 1.0f, .top_k = 0, .top_p = 0.5f, .min_p = 0.0f, .seed = 7},
+                         mp = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.5f, .seed = 7};
     dsv41_sampler *sk = dsv41_sampler_new(&k2, V), *sp = dsv41_sampler_new(&tp, V), *sm = dsv41_sampler_new(&mp, V);
     int ok_k = 1, ok_p = 1, ok_m = 1;
     for (int i = 0; i < 2000; i++) {
@@ -85,7 +87,7 @@ static void test_sampler(void) {
     dsv41_sampler_free(sk);
     dsv41_sampler_free(sp);
     dsv41_sampler_free(sm);
-    dsv41_sampler_params bad = {-1.0f, 0, 1.0f, 0.0f, 0};
+    dsv41_sampler_params bad = {.temperature = -1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .seed = 0};
     CHECK(dsv41_sampler_new(&bad, V) == NULL, "a negative temperature is refused");
 }
 
