@@ -3,10 +3,10 @@
  * A conversation lives in one session, and every turn only appends: the first prompt is
  * rendered by the chat encoder; each later turn feeds just what closes the previous reply and
  * opens the next one (cut from the encoder's own rendering of a two-turn conversation), so the
- * tokens already in the caches are never prefilled again. Ctrl-C ends the reply being
- * generated, never the program. */
+ * tokens already in the caches are never prefilled again. In chat, Ctrl-C ends the reply
+ * being generated, never the program; in run it ends the program with status 130. */
 #include <editline/readline.h>
-#include <signal.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,18 +14,6 @@
 #include <unistd.h>
 
 #include "commands.h"
-#include "dsv41.h"
-
-typedef struct {
-    const char *dir, *prompt, *think, *system;
-    dsv41_sampler_params sp;
-    long n_new;
-    const char *stops[8];
-    int n_stops;
-} gen_opts;
-
-static volatile sig_atomic_t interrupted;
-static void on_sigint(int sig) { (void)sig; interrupted = 1; }
 
 static double now_s(void) {
     struct timespec ts;
@@ -38,89 +26,25 @@ static int fail(const char *what) {
     return 1;
 }
 
-static int num(const char *flag, const char *v, double lo, double hi, double *out) {
+/* --think's value as the encoder's effort: low 50, high 75, max 100, or 1..100; -1 if bad */
+static int32_t effort_of(const char *think) {
+    if (!strcmp(think, "low")) return 50;
+    if (!strcmp(think, "high")) return 75;
+    if (!strcmp(think, "max")) return 100;
     char *end;
-    *out = strtod(v, &end);
-    if (*end || end == v || *out < lo || *out > hi) {
-        fprintf(stderr, "dsv41: %s wants a number in [%g, %g], not '%s'\n", flag, lo, hi, v);
-        return -1;
-    }
-    return 0;
+    long v = strtol(think, &end, 10);
+    return *end || end == think || v < 1 || v > 100 ? -1 : (int32_t)v;
 }
 
-/* Parses the flags run and chat share; returns 0, or 2 (usage) after a message. */
-static int parse(int argc, char **argv, gen_opts *o, int allow_prompt) {
-    *o = (gen_opts){.n_new = -1, .sp = {0.6f, 0, 0.95f, 0.0f, 0}};
-    o->sp.seed = (uint64_t)time(NULL);
-    for (int i = 0; i < argc; i += 2) { /* every flag takes a value */
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        double d;
-        if (!v) { fprintf(stderr, "dsv41: '%s' needs a value or is unknown\n", f); return 2; }
-        if (!strcmp(f, "-m")) o->dir = v;
-        else if (!strcmp(f, "-p") && allow_prompt) o->prompt = v;
-        else if (!strcmp(f, "--system")) o->system = v;
-        else if (!strcmp(f, "--think")) o->think = v;
-        else if (!strcmp(f, "--stop") && o->n_stops < 8) o->stops[o->n_stops++] = v;
-        else if (!strcmp(f, "-n")) { if (num(f, v, 0, 1e9, &d)) return 2; o->n_new = (long)d; }
-        else if (!strcmp(f, "--temp")) { if (num(f, v, 0, 100, &d)) return 2; o->sp.temperature = (float)d; }
-        else if (!strcmp(f, "--top-k")) { if (num(f, v, 0, 1e9, &d)) return 2; o->sp.top_k = (int32_t)d; }
-        else if (!strcmp(f, "--top-p")) { if (num(f, v, 1e-6, 1, &d)) return 2; o->sp.top_p = (float)d; }
-        else if (!strcmp(f, "--min-p")) { if (num(f, v, 0, 1, &d)) return 2; o->sp.min_p = (float)d; }
-        else if (!strcmp(f, "--seed")) { if (num(f, v, 0, 1.8e19, &d)) return 2; o->sp.seed = (uint64_t)d; }
-        else if (!strcmp(f, "-t")) { if (num(f, v, 1, 256, &d) || dsv41_set_threads((int32_t)d)) return 2; }
-        else { fprintf(stderr, "dsv41: unknown flag '%s'\n", f); return 2; }
-    }
-    if (!o->dir) { fprintf(stderr, "dsv41: give the checkpoint directory with -m DIR\n"); return 2; }
-    return 0;
-}
-
-/* JSON string literal of s into out (at most cap bytes); returns the length or -1. */
-static long json_str(const char *s, char *out, long cap) {
-    long n = 0;
-    out[n++] = '"';
-    for (; *s && n + 8 < cap; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') { out[n++] = '\\'; out[n++] = (char)c; }
-        else if (c < 0x20) n += snprintf(out + n, (size_t)(cap - n), "\\u%04x", c);
-        else out[n++] = (char)c;
-    }
-    if (*s) return -1;
-    out[n++] = '"';
-    out[n] = 0;
-    return n;
-}
-
-/* Renders messages given as (role, content) pairs with the run's options. */
+/* Renders user/assistant text pairs msgs [2 n] (role, content) after the run's system
+ * message, in chat mode unless --think asks for thinking. */
 static char *render(const gen_opts *o, const char *const *msgs, int n) {
-    size_t cap = 256;
-    for (int i = 0; i < 2 * n; i++) cap += 6 * strlen(msgs[i]) + 64;
-    if (o->system) cap += 6 * strlen(o->system) + 64;
-    char *js = malloc(cap), *tmp = malloc(cap);
-    if (!js || !tmp) { free(js); free(tmp); return NULL; }
-    size_t w = (size_t)snprintf(js, cap, "{\"messages\": [");
-    int first = 1;
-    if (o->system) {
-        json_str(o->system, tmp, (long)cap);
-        w += (size_t)snprintf(js + w, cap - w, "{\"role\": \"system\", \"content\": %s}", tmp);
-        first = 0;
-    }
-    for (int i = 0; i < n; i++) {
-        json_str(msgs[2 * i + 1], tmp, (long)cap);
-        w += (size_t)snprintf(js + w, cap - w, "%s{\"role\": \"%s\", \"content\": %s}", first ? "" : ", ", msgs[2 * i], tmp);
-        first = 0;
-    }
-    if (o->think) {
-        char *end;
-        long effort = strtol(o->think, &end, 10);
-        if (*end) w += (size_t)snprintf(js + w, cap - w, "], \"options\": {\"thinking_mode\": \"thinking\", \"reasoning_effort\": \"%s\"}}", o->think);
-        else w += (size_t)snprintf(js + w, cap - w, "], \"options\": {\"thinking_mode\": \"thinking\", \"reasoning_effort\": %ld}}", effort);
-    } else {
-        w += (size_t)snprintf(js + w, cap - w, "], \"options\": {\"thinking_mode\": \"chat\"}}");
-    }
-    char *text = dsv41_chat_render(js, w);
-    free(js);
-    free(tmp);
-    return text;
+    dsv41_chat_message m[8];
+    int k = 0;
+    if (o->system) m[k++] = (dsv41_chat_message){"system", o->system, NULL};
+    for (int i = 0; i < n; i++) m[k++] = (dsv41_chat_message){msgs[2 * i], msgs[2 * i + 1], NULL};
+    dsv41_chat_options opts = {o->think != NULL, o->think ? effort_of(o->think) : 0};
+    return dsv41_chat_render_messages(m, k, &opts);
 }
 
 typedef struct {
@@ -128,72 +52,72 @@ typedef struct {
     dsv41_tokenizer *tk;
     dsv41_session *s;
     dsv41_sampler *smp;
-    float *logits;
+    float *logits;        /* [V] of the last fed token */
+    int32_t *hist;        /* [ctx] every token fed, for the penalties */
     int32_t V, eos, ctx;
     int32_t prompt_tokens, gen_tokens;
     double prompt_s, gen_s;
 } chat_state;
 
-static void progress(void *ctx, int32_t done, int32_t total) {
-    (void)ctx;
-    fprintf(stderr, "\rprefill: layer %d/%d", done, total);
-    if (done == total) fprintf(stderr, "\r%*s\r", 24, "");
-}
-
-/* Tokenizes text (special-token spellings included) and feeds it. */
+/* Tokenizes text (special-token spellings included) and feeds it. A prefill of 64 or more
+ * tokens shows its layers on a terminal; the display is removed again before the reply, whose
+ * one-token calls would otherwise redraw (and erase) the line being streamed. */
 static int feed_text(chat_state *c, const char *text) {
     int64_t n = dsv41_tokenize(c->tk, text, strlen(text), 1, NULL, 0);
     if (n < 0) return fail(dsv41_error());
     if (n == 0) return 0;
-    if (dsv41_session_pos(c->s) + n >= c->ctx) {
+    int32_t pos = dsv41_session_pos(c->s);
+    if (pos + n >= c->ctx) {
         fprintf(stderr, "dsv41: the conversation would need %lld tokens; the context holds %d (use /reset)\n",
-                (long long)(dsv41_session_pos(c->s) + n), c->ctx);
+                (long long)(pos + n), c->ctx);
         return 1;
     }
-    int32_t *ids = malloc((size_t)n * sizeof *ids);
-    if (!ids) return fail("out of memory");
-    dsv41_tokenize(c->tk, text, strlen(text), 1, ids, n);
-    dsv41_session_set_progress(c->s, n >= 64 && isatty(2) ? progress : NULL, NULL);
+    dsv41_tokenize(c->tk, text, strlen(text), 1, c->hist + pos, n);
+    dsv41_session_set_progress(c->s, n >= 64 && isatty(2) ? progress_layers : NULL, NULL);
     double t0 = now_s();
-    int rc = dsv41_session_forward(c->s, ids, (int32_t)n, c->logits, NULL);
+    int rc = dsv41_session_forward(c->s, c->hist + pos, (int32_t)n, c->logits, NULL);
+    dsv41_session_set_progress(c->s, NULL, NULL);
+    progress_clear();
     c->prompt_s += now_s() - t0;
     c->prompt_tokens += (int32_t)n;
-    free(ids);
     return rc ? fail(dsv41_error()) : 0;
 }
 
 /* How many trailing bytes of buf could still begin a stop string. */
 static size_t held_back(const char *buf, size_t n, const gen_opts *o) {
     size_t keep = 0;
-    for (int i = 0; i < o->n_stops; i++) {
-        size_t sl = strlen(o->stops[i]);
+    for (int i = 0; i < o->stops.n; i++) {
+        size_t sl = strlen(o->stops.v[i]);
         for (size_t k = sl - 1; k > keep && k > 0; k--)
-            if (k <= n && !memcmp(buf + n - k, o->stops[i], k)) { keep = k; break; }
+            if (k <= n && !memcmp(buf + n - k, o->stops.v[i], k)) { keep = k; break; }
     }
     return keep;
 }
 
-/* Samples until EOS, a stop string, the limit or Ctrl-C; streams the text. Returns 1 when the
- * reply ended with EOS (which is not fed: the next turn's text closes the reply), 0 when it was
- * cut, -1 on error. */
+/* Samples until EOS, a stop string, the limit, the context or Ctrl-C; streams the text.
+ * Returns 1 when the reply ended with EOS (which is not fed: the next turn's text closes the
+ * reply), 0 when it was cut, -1 on error. */
 static int reply(chat_state *c, const gen_opts *o) {
     char out[256], *text = NULL;
     size_t len = 0, printed = 0, cap = 0;
     dsv41_utf8_stream st = {{0}, 0};
-    long limit = o->n_new >= 0 ? o->n_new : (long)c->ctx;
+    int64_t limit = o->n_new >= 0 ? o->n_new : (int64_t)c->ctx;
     int ended = 0;
     interrupted = 0;
     double t0 = now_s();
-    for (long i = 0; i < limit && !interrupted; i++) {
+    for (int64_t i = 0; i < limit && !interrupted; i++) {
+        int32_t pos = dsv41_session_pos(c->s);
+        if (dsv41_apply_penalties(&o->sp, c->hist, pos, c->logits, c->V)) { free(text); return fail(dsv41_error()), -1; }
         int32_t next = dsv41_sample(c->smp, c->logits);
         if (next == c->eos) { ended = 1; break; }
-        if (dsv41_session_pos(c->s) + 1 >= c->ctx) {
-            fprintf(stderr, "\ndsv41: the context of %d tokens is full\n", c->ctx);
+        if (pos + 1 >= c->ctx) {
+            fprintf(stderr, "\nnote: the context of %d tokens is full\n", c->ctx);
             break;
         }
+        c->hist[pos] = next;
         if (dsv41_session_forward(c->s, &next, 1, c->logits, NULL)) { free(text); return fail(dsv41_error()), -1; }
         c->gen_tokens++;
-        int64_t n = dsv41_detokenize(c->tk, &st, next, out, sizeof out);
+        int64_t n = o->special || !dsv41_token_is_special(c->tk, next) ? dsv41_detokenize(c->tk, &st, next, out, sizeof out) : 0;
         if (n < 0) n = 0;
         if (len + (size_t)n + 1 > cap) {
             cap = (len + (size_t)n + 1) * 2;
@@ -205,8 +129,8 @@ static int reply(chat_state *c, const gen_opts *o) {
         len += (size_t)n;
         text[len] = 0;
         int stop = 0;
-        for (int k = 0; k < o->n_stops; k++) {
-            char *hit = strstr(text + (printed > 64 ? printed - 64 : 0), o->stops[k]);
+        for (int k = 0; k < o->stops.n; k++) {
+            char *hit = strstr(text + (printed > 64 ? printed - 64 : 0), o->stops.v[k]);
             if (hit) { len = (size_t)(hit - text); stop = 1; }
         }
         size_t safe = stop ? len : len - held_back(text, len, o);
@@ -231,51 +155,72 @@ static void stats(const chat_state *c) {
 
 static int open_chat(chat_state *c, const gen_opts *o) {
     memset(c, 0, sizeof *c);
-    char path[1200];
-    snprintf(path, sizeof path, "%s/tokenizer.json", o->dir);
-    if (!(c->m = dsv41_model_load(o->dir))) return fail(dsv41_error());
-    if (!(c->tk = dsv41_tokenizer_load(path))) return fail(dsv41_error());
+    progress_on();
+    c->m = dsv41_model_load(o->dir);
+    dsv41_set_progress(NULL, NULL);
+    if (!c->m || !(c->tk = dsv41_tokenizer_load_dir(o->dir))) return fail(dsv41_error());
     c->V = dsv41_model_vocab_size(c->m);
     if (dsv41_tokenizer_n_vocab(c->tk) > c->V) {
-        fprintf(stderr, "dsv41: %s has %d tokens but the model only %d\n", path, dsv41_tokenizer_n_vocab(c->tk), c->V);
+        fprintf(stderr, "dsv41: %s/tokenizer.json has %d tokens but the model only %d\n", o->dir,
+                dsv41_tokenizer_n_vocab(c->tk), c->V);
         return 1;
     }
     c->ctx = dsv41_model_max_seq_len(c->m);
-    c->eos = dsv41_tokenizer_find(c->tk, "<｜end▁of▁sentence｜>");
-    if (c->eos < 0) c->eos = 1;
+    if (o->ctx && o->ctx < c->ctx) c->ctx = o->ctx;
+    c->eos = dsv41_tokenizer_eos(c->tk);
     c->logits = malloc((size_t)c->V * sizeof *c->logits);
+    c->hist = malloc((size_t)c->ctx * sizeof *c->hist);
     if (!(c->smp = dsv41_sampler_new(&o->sp, c->V))) return fail(dsv41_error());
-    if (!(c->s = dsv41_session_new(c->m)) || !c->logits) return fail(dsv41_error());
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sigaction(SIGINT, &sa, NULL);
+    if (!(c->s = dsv41_session_new(c->m)) || !c->logits || !c->hist) return fail("out of memory");
+    on_sigint_install();
     return 0;
 }
 
 static void close_chat(chat_state *c) {
     free(c->logits);
+    free(c->hist);
     dsv41_sampler_free(c->smp);
     dsv41_session_free(c->s);
     dsv41_tokenizer_free(c->tk);
     dsv41_model_free(c->m);
 }
 
-int cmd_run_text(int argc, char **argv) {
-    gen_opts o;
-    int rc = parse(argc, argv, &o, 1);
-    if (rc) return rc;
-    if (!o.prompt) { fprintf(stderr, "dsv41: run needs -p TEXT (or --ids)\n"); return 2; }
+/* The whole file at path, NUL-terminated, or NULL after a message. */
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { fprintf(stderr, "dsv41: run: %s: %s\n", path, strerror(errno)); return NULL; }
+    char *buf = NULL;
+    size_t n = 0, cap = 0, got;
+    do {
+        if (n + 4096 > cap) {
+            char *nb = realloc(buf, cap = 2 * cap + 4096);
+            if (!nb) { free(buf); fclose(f); fail("out of memory"); return NULL; }
+            buf = nb;
+        }
+        n += got = fread(buf + n, 1, cap - n - 1, f);
+    } while (got > 0);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) { free(buf); fprintf(stderr, "dsv41: run: %s: read error\n", path); return NULL; }
+    buf[n] = 0;
+    return buf;
+}
+
+int run_text(const gen_opts *o) {
+    char *file_text = o->file ? read_file(o->file) : NULL;
+    if (o->file && !file_text) return 1;
     chat_state c;
-    if (open_chat(&c, &o)) { close_chat(&c); return 1; }
-    const char *msgs[2] = {"user", o.prompt};
-    char *text = render(&o, msgs, 1);
-    rc = text ? feed_text(&c, text) : fail(dsv41_error());
+    if (open_chat(&c, o)) { close_chat(&c); free(file_text); return 1; }
+    const char *msgs[2] = {"user", file_text ? file_text : o->prompt};
+    char *text = render(o, msgs, 1);
+    int rc = text ? feed_text(&c, text) : fail(dsv41_error());
     free(text);
-    if (rc == 0 && reply(&c, &o) < 0) rc = 1;
+    free(file_text);
+    if (rc == 0) gen_note_seed(o);
+    if (rc == 0 && !interrupted && reply(&c, o) < 0) rc = 1;
     if (rc == 0) stats(&c);
     close_chat(&c);
-    return rc;
+    return interrupted ? 130 : rc;
 }
 
 /* What the encoder puts between the end of a reply and the next reply: rendered from a
@@ -289,43 +234,101 @@ static char *turn_text(const gen_opts *o, const char *user) {
     return t;
 }
 
+/* One line of input without its newline (malloc'd), or NULL at the end of input. */
+static char *next_line(int tty, const char *prompt) {
+    if (tty) {
+        char *line = readline(prompt);
+        if (line && *line) add_history(line);
+        return line;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n = getline(&line, &cap, stdin);
+    if (n < 0) { free(line); return NULL; }
+    if (n > 0 && line[n - 1] == '\n') line[n - 1] = 0;
+    return line;
+}
+
+/* Appends b and a newline to *a (which may be NULL); returns 0 or -1. */
+static int append_line(char **a, const char *b) {
+    size_t an = *a ? strlen(*a) : 0, bn = strlen(b);
+    char *r = realloc(*a, an + bn + 2);
+    if (!r) return -1;
+    memcpy(r + an, b, bn);
+    r[an + bn] = '\n';
+    r[an + bn + 1] = 0;
+    *a = r;
+    return 0;
+}
+
+/* A message: one line; lines ending in a backslash go on; a line of """ opens a block up to
+ * the next """. Returns NULL at the end of input. */
+static char *read_message(int tty) {
+    char *line = next_line(tty, "> ");
+    if (!line) return NULL;
+    int block = !strcmp(line, "\"\"\""), cont = !block && *line && line[strlen(line) - 1] == '\\';
+    if (!block && !cont) return line;
+    char *msg = NULL;
+    if (cont) { line[strlen(line) - 1] = 0; append_line(&msg, line); }
+    free(line);
+    while ((line = next_line(tty, ". "))) {
+        int end = block ? !strcmp(line, "\"\"\"") : !(*line && line[strlen(line) - 1] == '\\');
+        if (block && end) { free(line); break; }
+        if (!block && !end) line[strlen(line) - 1] = 0;
+        if (append_line(&msg, line)) { free(line); break; }
+        free(line);
+        if (end) break;
+    }
+    if (msg && *msg && msg[strlen(msg) - 1] == '\n') msg[strlen(msg) - 1] = 0;
+    return msg ? msg : strdup("");
+}
+
+static const char CHAT_HELP[] =
+    "/help          this text\n"
+    "/reset         start a new conversation\n"
+    "/save NAME     save the conversation (not supported yet)\n"
+    "/load NAME     load a saved conversation (not supported yet)\n"
+    "/quit          leave (so does Ctrl-D)\n"
+    "a line ending in \\ continues on the next line; \"\"\" on its own line opens and closes a block\n"
+    "Ctrl-C stops a reply\n";
+
 int cmd_chat(int argc, char **argv) {
     gen_opts o;
-    int rc = parse(argc, argv, &o, 0);
-    if (rc) return rc;
+    int rc = gen_parse(1, argc, argv, &o);
+    if (rc >= 0) return rc;
+    rc = 0;
     chat_state c;
     if (open_chat(&c, &o)) { close_chat(&c); return 1; }
+    gen_note_seed(&o);
     int tty = isatty(0), started = 0;
-    if (tty) fprintf(stderr, "dsv41 chat: /reset starts over, /quit leaves, Ctrl-C stops a reply\n");
-    for (;;) {
-        interrupted = 0;
-        char *line = tty ? readline("> ") : NULL, buf[8192];
-        if (!tty) {
-            if (!fgets(buf, sizeof buf, stdin)) break;
-            buf[strcspn(buf, "\n")] = 0;
-            line = strdup(buf);
-        }
-        if (!line) break;
-        if (tty && *line) add_history(line);
+    if (tty) fprintf(stderr, "dsv41 chat: /help lists the commands, /quit leaves, Ctrl-C stops a reply\n");
+    for (char *line; (interrupted = 0, line = read_message(tty)); free(line)) {
         if (!strcmp(line, "/quit")) { free(line); break; }
-        if (!strcmp(line, "/reset")) {
-            dsv41_session_free(c.s);
-            c.s = dsv41_session_new(c.m);
-            started = 0;
-            fprintf(stderr, "(conversation cleared)\n");
-            free(line);
+        if (!strcmp(line, "/help")) { fputs(CHAT_HELP, stderr); continue; }
+        if (!strncmp(line, "/save", 5) || !strncmp(line, "/load", 5)) {
+            fprintf(stderr, "%.5s: saving and loading a conversation is not supported yet\n", line);
             continue;
         }
-        if (!*line) { free(line); continue; }
+        if (!strcmp(line, "/reset")) {
+            dsv41_session_free(c.s);
+            if (!(c.s = dsv41_session_new(c.m))) { rc = fail(dsv41_error()); free(line); break; }
+            started = 0;
+            fprintf(stderr, "(conversation cleared)\n");
+            continue;
+        }
+        if (line[0] == '/' && line[1] && !strchr(line, ' ') && !strchr(line, '\n')) {
+            fprintf(stderr, "unknown command %s (/help lists them)\n", line);
+            continue;
+        }
+        if (!*line) continue;
         const char *msgs[2] = {"user", line};
         char *text = started ? turn_text(&o, line) : render(&o, msgs, 1);
-        free(line);
         if (!text) { fail(dsv41_error()); continue; }
         int frc = feed_text(&c, text);
         free(text);
         if (frc) continue;
         started = 1;
-        if (reply(&c, &o) < 0) { rc = 1; break; }
+        if (reply(&c, &o) < 0) { rc = 1; free(line); break; }
     }
     stats(&c);
     close_chat(&c);

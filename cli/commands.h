@@ -1,11 +1,47 @@
-/* commands.h - the dsv41 subcommands that live outside main.c. Each takes the arguments after
- * its name and returns the process exit status. */
+/* commands.h - the dsv41 subcommands and what they share. Each cmd_* takes the arguments
+ * after its name and returns the process exit status. */
 #ifndef DSV41_COMMANDS_H
 #define DSV41_COMMANDS_H
 
+#include <signal.h>
+
+#include "args.h"
+#include "dsv41.h"
+
+/* What run and chat are asked to do (one table of flags in run.c fills it). */
+typedef struct {
+    const char *dir;           /* -m: checkpoint directory, NULL: the built-in model (--ids only) */
+    const char *prompt, *file; /* -p TEXT or -f FILE: the user message of run */
+    const char *ids;           /* --ids A,B,C: a prompt of token ids */
+    const char *think, *system;
+    str_list stops;            /* --stop strings */
+    dsv41_sampler_params sp;
+    int temp_given, seed_given;
+    int64_t n_new;             /* -n, -1: until EOS or the context */
+    int32_t ctx;               /* -c, 0: the model's context */
+    int32_t threads;           /* -t, 0: the library's default */
+    int special;               /* --special: show special tokens */
+} gen_opts;
+
+/* Parses run's (chat = 0) or chat's flags into o; returns -1 to go on, else the exit status. */
+int gen_parse(int chat, int argc, char **argv, gen_opts *o);
+/* Prints a seed taken from the clock on stderr, so that a sampled run can be repeated. */
+void gen_note_seed(const gen_opts *o);
+
+/* Ctrl-C: the handler sets `interrupted`; a generation loop checks it between tokens. */
+extern volatile sig_atomic_t interrupted;
+void on_sigint_install(void);
+
+/* A progress line on stderr when it is a terminal: the library's long calls (rate and ETA)
+ * and the prefill's layers. progress_on installs the hook for this thread. */
+void progress_on(void);
+void progress_layers(void *ctx, int32_t done, int32_t total);
+void progress_clear(void);
+
 int cmd_tokenize(int argc, char **argv);
 int cmd_render(int argc, char **argv);
-int cmd_run_text(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int run_text(const gen_opts *o);
 int cmd_chat(int argc, char **argv);
 /* server/serve.c */
 int cmd_serve(int argc, char **argv);

@@ -10,17 +10,11 @@
 #include <string.h>
 
 #include "commands.h"
-#include "dsv41.h"
 
 /* A library failure: its message already names what failed. */
 static int lib_fail(void) {
     fprintf(stderr, "dsv41: %s\n", dsv41_error());
     return 1;
-}
-
-static int text_usage(const char *what, const char *arg, const char *usage) {
-    fprintf(stderr, "dsv41: %s%s (usage: dsv41 %s)\n", what, arg, usage);
-    return 2;
 }
 
 /* The whole file at path (NUL-terminated, length in *len), or NULL with a message on stderr. */
@@ -58,19 +52,25 @@ static void print_ids(const int32_t *ids, int64_t n) {
 }
 
 int cmd_tokenize(int argc, char **argv) {
-    static const char usage[] = "tokenize --tokenizer FILE [--added ADDED.json] [--special] [--] TEXT";
-    const char *tok_path = NULL, *added = NULL, *text = NULL;
+    const char *tok_path = NULL, *dir = NULL, *added = NULL, *text = NULL;
     int special = 0;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tok_path = argv[++i];
-        else if (!strcmp(argv[i], "--added") && i + 1 < argc) added = argv[++i];
-        else if (!strcmp(argv[i], "--special")) special = 1;
-        else if (argv[i][0] == '-' && strcmp(argv[i], "--")) return text_usage("tokenize: unknown option or missing value: ", argv[i], usage);
-        else if (text) return text_usage("tokenize: more than one text: ", argv[i], usage);
-        else text = !strcmp(argv[i], "--") && i + 1 < argc ? argv[++i] : argv[i]; /* -- TEXT: text may start with - */
+    const cli_opt opts[] = {
+        {"--tokenizer", "FILE", OPT_STR, &tok_path, 0, 0, NULL, NULL, "a Hugging Face tokenizer.json"},
+        {"-m|--model", "DIR", OPT_STR, &dir, 0, 0, NULL, NULL, "or the tokenizer of this checkpoint directory"},
+        {"--added", "ADDED.json", OPT_STR, &added, 0, 0, NULL, NULL, "replace the added tokens with this table"},
+        {"--special", NULL, OPT_FLAG, &special, 0, 0, NULL, "off: plain text", "special-token spellings become their ids"},
+    };
+    const cli_cmd cmd = {"tokenize", "(--tokenizer FILE | -m DIR) [options] [--] TEXT",
+                         "Print the token ids of TEXT as a JSON array (\"--\" lets TEXT start with '-').", opts, 4, &text,
+                         1, 1, NULL};
+    int rc = args_parse(&cmd, argc, argv);
+    if (rc >= 0) return rc;
+    if (!tok_path == !dir || (dir && added)) {
+        fprintf(stderr, "dsv41: tokenize: give --tokenizer FILE or -m DIR (--added goes with --tokenizer)\n");
+        return 2;
     }
-    if (!tok_path || !text) return text_usage("tokenize: needs --tokenizer FILE and the text", "", usage);
-    dsv41_tokenizer *t = added ? dsv41_tokenizer_load_with_added(tok_path, added) : dsv41_tokenizer_load(tok_path);
+    dsv41_tokenizer *t = dir ? dsv41_tokenizer_load_dir(dir)
+                         : added ? dsv41_tokenizer_load_with_added(tok_path, added) : dsv41_tokenizer_load(tok_path);
     if (!t) return lib_fail();
     size_t len = strlen(text);
     int64_t n = dsv41_tokenize(t, text, len, special, NULL, 0);
@@ -85,10 +85,21 @@ int cmd_tokenize(int argc, char **argv) {
 }
 
 int cmd_render(int argc, char **argv) {
-    static const char usage[] = "render --chat CASE.json";
-    if (argc != 2 || strcmp(argv[0], "--chat")) return text_usage("render: needs exactly --chat CASE.json", "", usage);
+    const char *path = NULL;
+    const cli_opt opts[] = {{"--chat", "CASE.json", OPT_STR, &path, 0, 0, NULL, NULL, "the chat case (required)"}};
+    const cli_cmd cmd = {"render", "--chat CASE.json",
+                         "Print the DeepSeek-V4.1 prompt of a chat case ({\"messages\", \"tools\"?, \"options\"?}) exactly,\n"
+                         "with no newline added. Without options the encoder's default is thinking mode, effort high\n"
+                         "(run and chat default to chat mode).",
+                         opts, 1, NULL, 0, 0, NULL};
+    int rc = args_parse(&cmd, argc, argv);
+    if (rc >= 0) return rc;
+    if (!path) {
+        fprintf(stderr, "dsv41: render: --chat CASE.json is required\n");
+        return 2;
+    }
     size_t len;
-    char *json = read_all("render", argv[1], &len);
+    char *json = read_all("render", path, &len);
     if (!json) return 1;
     char *prompt = dsv41_chat_render(json, len);
     free(json);

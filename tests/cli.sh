@@ -69,14 +69,45 @@ out=$(./dsv41 check "$tmp/sample.json"); rc=$?
 [ $rc -eq 1 ] && printf '%s\n' "$out" | grep -q '^FAIL decode13 L5.sa_o: max error' &&
     [ "$(printf '%s\n' "$out" | tail -n 1)" = "442 passed, 1 failed" ] && ok || bad "a wrong golden sample is reported: rc=$rc"
 
-# run on the built-in model
-out=$(./dsv41 run --ids 2,17,47 -n 16); rc=$?
-ids=$(printf '%s\n' "$out" | head -n 1 | tr ',' '\n' | grep -cE '^[0-9]+$')
-[ $rc -eq 0 ] && [ "$ids" -eq 16 ] && printf '%s\n' "$out" | tail -n 1 | grep -qE '^prompt: 3 tokens, [0-9.]+ tok/s \| generated: 16 tokens, [0-9.]+ tok/s$' &&
-    ok || bad "run: rc=$rc, output '$out'"
-again=$(./dsv41 run --ids 2,17,47 -n 16 | head -n 1)
-[ "$again" = "$(printf '%s\n' "$out" | head -n 1)" ] && ok || bad "run is deterministic"
-expect_error "run past the context" ./dsv41 run --ids 2,17,47 -n 100
+# run on the built-in model: the ids alone on stdout, the timing line on stderr
+out=$(./dsv41 run --ids 2,17,47 -n 16 2>"$tmp/err"); rc=$?
+ids=$(printf '%s\n' "$out" | tr ',' '\n' | grep -cE '^[0-9]+$')
+[ $rc -eq 0 ] && [ "$ids" -eq 16 ] && [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] &&
+    grep -qE '^prompt: 3 tokens, [0-9.]+ tok/s \| generated: 16 tokens, [0-9.]+ tok/s$' "$tmp/err" &&
+    ok || bad "run: rc=$rc, output '$out', stderr '$(cat "$tmp/err")'"
+again=$(./dsv41 run --ids 2,17,47 -n 16 2>/dev/null)
+[ "$again" = "$out" ] && ok || bad "run is deterministic"
+# greedy is the argmax: a temperature of 0 and the llama.cpp spellings give the same ids
+same=$(./dsv41 run --ids 2,17,47 --n-predict 16 --temperature 0 -s 5 --threads 2 2>/dev/null)
+[ "$same" = "$out" ] && ok || bad "llama.cpp spellings: '$same'"
+# -n past the context stops at the context with a note
+out=$(./dsv41 run --ids 2,17,47 -n 100 2>"$tmp/err"); rc=$?
+[ $rc -eq 0 ] && [ "$(printf '%s\n' "$out" | tr ',' '\n' | grep -c .)" -eq 61 ] && grep -q '^note: stopping at the context of 64' "$tmp/err" &&
+    ok || bad "run past the context: rc=$rc, $(cat "$tmp/err")"
+out=$(./dsv41 run --ids 2,17,47 -n 100 -c 10 2>/dev/null)
+[ "$(printf '%s\n' "$out" | tr ',' '\n' | grep -c .)" -eq 7 ] && ok || bad "run -c 10: '$out'"
+# sampling flags work with --ids; a clock seed is printed
+a=$(./dsv41 run --ids 2,17,47 -n 16 --temp 1 --seed 9 --top-k 20 --repeat-penalty 1.3 2>/dev/null)
+b=$(./dsv41 run --ids 2,17,47 -n 16 --temp 1 --seed 9 --top-k 20 --repeat-penalty 1.3 2>/dev/null)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "sampled run --ids with a seed repeats"
+./dsv41 run --ids 2,17,47 -n 2 --temp 1 2>&1 >/dev/null | grep -qE '^seed: [0-9]+$' && ok || bad "the clock seed is printed"
+# every subcommand's --help exits 0 on stdout and shows defaults where it has them
+for c in run chat check tokenize render convert synth inspect bench; do
+    ./dsv41 $c --help >"$tmp/help" 2>"$tmp/err"; rc=$?
+    [ $rc -eq 0 ] && [ ! -s "$tmp/err" ] && grep -q "^usage: dsv41 $c" "$tmp/help" && ok || bad "$c --help: rc=$rc"
+done
+for c in run chat synth bench check; do grep -q "default:" <<EOF2 && ok || bad "$c --help shows no default"
+$(./dsv41 $c -h)
+EOF2
+done
+./dsv41 --help | grep -q '^usage: dsv41' && ok || bad "dsv41 --help"
+./dsv41 --version | grep -qE '^dsv41 [0-9]+\.[0-9]+\.[0-9]+$' && ./dsv41 --version | grep -q '^kernel sets: scalar' && ok || bad "--version"
+# unknown flags and bad values: exit 2, one line
+for args in "run --bogus" "run --ids 1 -n -1" "run --ids 1 --temp nan" "run --ids 1 --top-p 2" "run --ids 1 -n 99999999999" \
+            "run --ids 1 --seed -3" "chat -m x --bogus" "synth --config" "bench -m" "inspect" "check" "run --ids 1 -t 0"; do
+    ./dsv41 $args >/dev/null 2>"$tmp/err"; rc=$?
+    [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && ok || bad "dsv41 $args: rc=$rc, $(cat "$tmp/err")"
+done
 expect_error "run with a bad id list" ./dsv41 run --ids 2,x
 expect_error "run with an id outside the vocabulary" ./dsv41 run --ids 2,64 -n 1
 expect_error "run with an unknown flag" ./dsv41 run --bogus
@@ -88,7 +119,7 @@ out=$(./dsv41 check "$golden" -m "$tmp/ck" | tail -n 1)
 [ "$out" = "443 passed, 0 failed" ] && ok || bad "check -m on the bf16 checkpoint: '$out'"
 ./dsv41 inspect "$tmp/ck" >"$tmp/inspect" && grep -q 'one decoded token reads' "$tmp/inspect" &&
     grep -q 'candidate source' "$tmp/inspect" && ok || bad "inspect"
-./dsv41 convert --golden "$golden" --dtype fp8 -o "$tmp/ck8" && ./dsv41 run -m "$tmp/ck8" --ids 2,17,47 -n 4 >/dev/null &&
+./dsv41 convert --golden "$golden" --dtype fp8 -o "$tmp/ck8" && ./dsv41 run -m "$tmp/ck8" --ids 2,17,47 -n 4 >/dev/null 2>&1 &&
     ok || bad "an fp8 checkpoint converts and runs"
 expect_error "convert over an existing directory" ./dsv41 convert --golden "$golden" --dtype bf16 -o "$tmp/ck"
 expect_error "convert with a bad dtype" ./dsv41 convert --golden "$golden" --dtype fp16 -o "$tmp/ck16"

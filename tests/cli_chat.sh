@@ -55,6 +55,74 @@ if not ok: print("pty transcript:", repr(text[-600:]), "status", status, "genera
 sys.exit(0 if ok else 1)
 PY
 
+# special tokens are hidden unless asked for; the same draws otherwise
+a=$(./dsv41 run -m "$tmp/m" -p "hello" -n 300 --temp 3 --seed 11 2>/dev/null)
+b=$(./dsv41 run -m "$tmp/m" -p "hello" -n 300 --temp 3 --seed 11 --special 2>/dev/null)
+case "$a" in *"<｜"*) bad "special tokens shown without --special";; *) ok;; esac
+case "$b" in *"<｜"*) ok;; *) bad "--special shows no special token in '$b'";; esac
+# -f reads the message from a file; penalties change a greedy reply
+printf 'hello there' >"$tmp/msg.txt"
+a=$(./dsv41 run -m "$tmp/m" -f "$tmp/msg.txt" -n 12 --temp 0 2>/dev/null)
+b=$(./dsv41 run -m "$tmp/m" -p "hello there" -n 12 --temp 0 2>/dev/null)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "run -f: '$a' vs '$b'"
+c=$(./dsv41 run -m "$tmp/m" -p "hello there" -n 40 --temp 0 --repeat-penalty 5 --frequency-penalty 2 2>/dev/null)
+d=$(./dsv41 run -m "$tmp/m" -p "hello there" -n 40 --temp 0 2>/dev/null)
+[ -n "$c" ] && [ "$c" != "$d" ] && ok || bad "penalties change nothing"
+expect_error "run -f with a missing file" ./dsv41 run -m "$tmp/m" -f "$tmp/none.txt"
+
+# chat's own commands and multi-line messages never reach the model
+printf '/help\n/save x\n/load x\n/bogus\nline one\\\nline two\n"""\nblock one\nblock two\n"""\n/quit\n' |
+    ./dsv41 chat -m "$tmp/m" -n 5 --temp 0 >"$tmp/out" 2>"$tmp/err"; rc=$?
+[ $rc -eq 0 ] && grep -q '^/save NAME' "$tmp/err" && grep -q '^/save: .*not supported yet' "$tmp/err" &&
+    grep -q '^/load: .*not supported yet' "$tmp/err" && grep -q 'unknown command /bogus' "$tmp/err" &&
+    grep -qE 'generated: 10 tokens' "$tmp/err" && [ "$(wc -l <"$tmp/out")" -eq 2 ] && ok ||
+    bad "chat commands and multi-line input: rc=$rc, $(cat "$tmp/err")"
+
+# Ctrl-C while run streams exits 130
+python3 - ./dsv41 "$tmp/m" <<'PY' && ok || bad "Ctrl-C in run -p exits 130"
+import signal, subprocess, sys, time
+p = subprocess.Popen([sys.argv[1], "run", "-m", sys.argv[2], "-p", "hello", "-n", "1900", "--temp", "1", "--seed", "1"],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+time.sleep(0.5)
+p.send_signal(signal.SIGINT)
+out, err = p.communicate(timeout=20)
+if p.returncode != 130: print("rc", p.returncode, err[-300:])
+sys.exit(0 if p.returncode == 130 else 1)
+PY
+
+# a turn of 64+ tokens on a terminal: the prefill's layer display is gone before the reply
+# streams, and the reply arrives whole (it once was erased by a redraw after every token)
+long="please tell me about $(printf 'the hello world %.0s' $(seq 1 30))"
+want=$(printf '%s\n/quit\n' "$long" | ./dsv41 chat -m "$tmp/m" -n 24 --temp 0 2>/dev/null | head -n 1)
+python3 - ./dsv41 "$tmp/m" "$long" "$want" <<'PY' && ok || bad "the prefill display erases the reply on a terminal"
+import os, pty, select, sys, time
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], [sys.argv[1], "chat", "-m", sys.argv[2], "-n", "24", "--temp", "0"])
+def wait_for(token, t=30):
+    out, end = b"", time.time() + t
+    while time.time() < end and token not in out:
+        r, _, _ = select.select([fd], [], [], 0.05)
+        if r:
+            try: out += os.read(fd, 65536)
+            except OSError: break
+    return out
+wait_for(b"> ")
+os.write(fd, sys.argv[3].encode() + b"\r")
+text = wait_for(b"\n> ")
+os.write(fd, b"/quit\r")
+wait_for(b"generated:", 5)
+os.waitpid(pid, 0)
+want = sys.argv[4].encode()
+echo_end = text.find(b"\n")              # the echoed input line ends first
+after = text[echo_end + 1:]
+start = after.find(want)
+tail = after[start + len(want):] if start >= 0 else b""
+ok = len(want) > 0 and start >= 0 and b"\x1b[K" not in tail and b"prefill" not in tail and b"\r" not in tail.replace(b"\r\n", b"")
+if not ok: print("want", repr(want), "got", repr(after[-800:]))
+sys.exit(0 if ok else 1)
+PY
+
 expect_error "run with an unknown flag" ./dsv41 run -m "$tmp/m" -p "hi" --bogus 1
 expect_error "run without a tokenizer" ./dsv41 run -m "$tmp/ck_none" -p "hi"
 mkdir -p "$tmp/notok" && cp "$tmp/m"/*.json "$tmp/m"/*.safetensors "$tmp/notok/" && rm "$tmp/notok/tokenizer.json"

@@ -1,0 +1,63 @@
+/* args.h - the one argument parser every dsv41 subcommand uses.
+ *
+ * A subcommand is a table of options: each names its spellings ("-n|--n-predict", the
+ * llama.cpp ones as aliases), the kind of value it takes and where the value goes, its range,
+ * its default as the user should read it, and a line of help. The parser fills the targets,
+ * collects positional arguments, and handles -h/--help (usage with the defaults on stdout,
+ * exit 0) and every mistake (one `dsv41: ...` line on stderr, exit 2) the same way for all
+ * subcommands. A new flag is one more table row. */
+#ifndef DSV41_ARGS_H
+#define DSV41_ARGS_H
+
+#include <stdint.h>
+
+typedef enum {
+    OPT_FLAG,   /* no value: *(int *)dst = 1 */
+    OPT_STR,    /* *(const char **)dst = the value */
+    OPT_LIST,   /* repeatable: appended to (str_list *)dst */
+    OPT_I32,    /* *(int32_t *)dst, an integer in [lo, hi] */
+    OPT_I64,    /* *(int64_t *)dst, an integer in [lo, hi] */
+    OPT_U64,    /* *(uint64_t *)dst, any unsigned 64-bit integer */
+    OPT_F32,    /* *(float *)dst, a finite number in [lo, hi] */
+} opt_kind;
+
+#define STR_LIST_CAP 8
+typedef struct {
+    const char *v[STR_LIST_CAP]; /* [n] values in the order given */
+    int n;
+} str_list;
+
+typedef struct {
+    const char *names;   /* spellings separated by '|', e.g. "-c|--ctx-size" */
+    const char *value;   /* the value's name in the usage ("N", "DIR"), NULL for a flag */
+    opt_kind kind;
+    void *dst;           /* where the value goes */
+    double lo, hi;       /* range of a numeric value */
+    int *seen;           /* set to 1 when given, or NULL */
+    const char *def;     /* the default as shown in --help, or NULL */
+    const char *help;    /* one line */
+} cli_opt;
+
+typedef struct {
+    const char *name;       /* "run" */
+    const char *synopsis;   /* what follows "dsv41 run" in the usage line */
+    const char *about;      /* one or two lines */
+    const cli_opt *opts;
+    int n_opts;
+    const char **pos;       /* [max_pos] positional arguments, in order */
+    int min_pos, max_pos;
+    int *n_pos;             /* how many were given */
+} cli_cmd;
+
+/* Parses argv (the arguments after the subcommand's name). Returns -1 when the command should
+ * run, or the exit status to leave with: 0 after --help, 2 after a one-line error. "--"
+ * ends the options; "--name=value" works for every long spelling. */
+int args_parse(const cli_cmd *c, int argc, char **argv);
+
+/* The shared -t/--threads row and its action: 0 keeps the library's default. */
+#define OPT_THREADS(dst) \
+    {"-t|--threads", "N", OPT_I32, (dst), 1, 256, NULL, "one per core", "worker threads; results do not depend on it"}
+/* Applies a -t value (0: not given); returns 0, or 2 after a one-line error. */
+int args_apply_threads(int32_t threads);
+
+#endif
