@@ -159,6 +159,7 @@ static timing time_decode(const dsv41_model *m, int32_t ctx, int32_t n) {
             dsv41_session_forward(s, &next, 1, logits, NULL);
         }
         best = fmin(best, (now() - t0) / (n / 4));
+        progress_report("bench: decode runs", run + 1, 4);
     }
     timing r = {1.0 / best, 0.0};
     free(ids);
@@ -181,6 +182,7 @@ static timing time_prefill(const dsv41_model *m, int32_t n) {
         double dt = now() - t0;
         if (n / dt > r.tok_s) r = (timing){n / dt, 2.0 * (double)(linear_macs() - macs0) / dt / 1e9};
         dsv41_session_free(s);
+        progress_report("bench: prefill runs", run + 1, 3);
     }
     free(ids);
     free(logits);

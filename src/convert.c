@@ -166,6 +166,7 @@ static int plan(const config *c, const recorder *r, int fp8, out_list *o) {
         const record *rc = &r->recs[i];
         const weight *w = &rc->w;
         int32_t sh = shard_of(c, rc->name);
+        progress_report("store: tensors", (int64_t)i, (int64_t)r->n);
         int64_t rows = w->rows, cols = w->cols;
         char sname[180];
         snprintf(sname, sizeof sname, "%.*s.scale", (int)strlen(rc->name) - 7, rc->name);
@@ -197,6 +198,7 @@ static int plan(const config *c, const recorder *r, int fp8, out_list *o) {
             if (!add_out(o, sname, "F8_E8M0", 2, sr, sc, w->scale, (size_t)(sr * sc), sh)) return set_error("out of memory");
         }
     }
+    progress_report("store: tensors", (int64_t)r->n, (int64_t)r->n);
     return 0;
 }
 
@@ -351,6 +353,7 @@ static int write_checkpoint(const config *c, const out_list *o, int32_t nshards,
     for (int32_t s = 0; rc == 0 && s < nshards; s++) {
         shard_file(file, sizeof file, s, nshards);
         rc = write_shard(tmp, file, o, s);
+        progress_report("write: shards", s + 1, nshards);
     }
     text t = {0};
     if (rc == 0) {

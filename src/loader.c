@@ -153,8 +153,10 @@ dsv41_model *model_build(const config *cfg, weight_source *src) {
         mat(&b, &m->head, c->vocab_size, c->dim, "head.weight"))
         goto fail;
     m->head.mode = AS_F32;
-    for (int32_t l = 0; l < c->n_layers; l++)
+    for (int32_t l = 0; l < c->n_layers; l++) {
         if (build_layer(&b, l)) goto fail;
+        progress_report("load: layers", l + 1, c->n_layers);
+    }
     if (rope_init(m)) goto fail;
     return m;
 fail:
