@@ -68,6 +68,30 @@ b=$(./dsv41 run -m "$tmp/m" -p "hello there" -n 12 --temp 0 2>/dev/null)
 c=$(./dsv41 run -m "$tmp/m" -p "hello there" -n 40 --temp 0 --repeat-penalty 5 --frequency-penalty 2 2>/dev/null)
 d=$(./dsv41 run -m "$tmp/m" -p "hello there" -n 40 --temp 0 2>/dev/null)
 [ -n "$c" ] && [ "$c" != "$d" ] && ok || bad "penalties change nothing"
+# progress: on a terminal a line with the share done, erased at the end; nothing into a file
+./dsv41 synth --config "$tmp/tiny.json" --dtype fp8 -o "$tmp/m8" 2>"$tmp/err" && [ ! -s "$tmp/err" ] && ok ||
+    bad "synth writes progress into a file: $(head -c 200 "$tmp/err")"
+python3 - ./dsv41 "$tmp/tiny.json" "$tmp/m8t" <<'PY' && ok || bad "synth shows progress on a terminal"
+import os, pty, sys
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], [sys.argv[1], "synth", "--config", sys.argv[2], "--dtype", "fp8", "-o", sys.argv[3]])
+out = b""
+while True:
+    try: d = os.read(fd, 65536)
+    except OSError: break
+    if not d: break
+    out += d
+_, status = os.waitpid(pid, 0)
+ok = os.WEXITSTATUS(status) == 0 and b"load: layers" in out and b"%" in out and out.endswith(b"\x1b[K")
+if not ok: print(repr(out[-300:]))
+sys.exit(0 if ok else 1)
+PY
+
+# the example program (examples/generate.c) gives what run gives with the same settings
+a=$(build/example_generate "$tmp/m" "hello there" 2>&1); rc=$?
+b=$(./dsv41 run -m "$tmp/m" -p "hello there" --seed 1 --repeat-penalty 1.1 2>/dev/null)
+[ $rc -eq 0 ] && [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "examples/generate.c: rc=$rc, '$a' vs '$b'"
 expect_error "run -f with a missing file" ./dsv41 run -m "$tmp/m" -f "$tmp/none.txt"
 
 # chat's own commands and multi-line messages never reach the model
