@@ -59,7 +59,18 @@ static double decode_bytes(const dsv41_model *m, int whole) {
 size_t model_decode_bytes(const dsv41_model *m) { return (size_t)decode_bytes(m, 1); }
 double part_decode_bytes(const dsv41_model *m) { return decode_bytes(m, 0); }
 
+/* n bytes for a reader: "635822 bytes (621.0 KiB)" */
+static const char *human(size_t n, char *buf, size_t cap) {
+    static const char *UNIT[] = {"KiB", "MiB", "GiB", "TiB"};
+    double v = (double)n / 1024.0;
+    int u = 0;
+    while (v >= 1024.0 && u < 3) v /= 1024.0, u++;
+    snprintf(buf, cap, "%zu bytes (%.1f %s)", n, v, UNIT[u]);
+    return buf;
+}
+
 void dsv41_model_describe(const dsv41_model *m, FILE *out) {
+    char hb[64];
     const config *c = &m->cfg;
     fprintf(out, "config: vocab %d, dim %d, %d layers, %d heads x %d (RoPE on %d), q/o rank %d/%d in %d groups\n",
             c->vocab_size, c->dim, c->n_layers, c->n_heads, c->head_dim, c->rope_head_dim, c->q_lora_rank,
@@ -74,7 +85,7 @@ void dsv41_model_describe(const dsv41_model *m, FILE *out) {
         if (c->is_index_source[l]) idx_src = l;
         char roles[200] = "";
         if (c->compress_ratio[l] == 0) snprintf(roles, sizeof roles, "window only");
-        else snprintf(roles, sizeof roles, "compressed KV of %d, top-k from %d", kv_src, idx_src);
+        else snprintf(roles, sizeof roles, "compressed KV of layer %d, top-k of layer %d", kv_src, idx_src);
         if (c->is_kv_source[l]) strcat(roles, ", kv source");
         if (c->is_index_source[l]) strcat(roles, ", index source");
         if (l == c->candidate_source_layer) strcat(roles, ", candidate source");
@@ -103,9 +114,10 @@ void dsv41_model_describe(const dsv41_model *m, FILE *out) {
     fprintf(out, "matrices by storage dtype (with their block scales):\n");
     for (int d = 0; d < 5; d++)
         if (t.count[d]) {
-            fprintf(out, "  %-9s %6zu tensors %14zu bytes\n", DT[d], t.count[d], t.bytes[d]);
+            fprintf(out, "  %-9s %6zu tensors %14s\n", DT[d], t.count[d], human(t.bytes[d], hb, sizeof hb));
             total += t.bytes[d];
         }
+<<<<<<< HEAD
     fprintf(out, "  total     %14zu bytes\n", total);
     if (m->file.tensors)
         fprintf(out, "checkpoint: %lld tensors in %d shards, %lld bytes of data; %lld tensors the text pass leaves unread "
@@ -113,4 +125,10 @@ void dsv41_model_describe(const dsv41_model *m, FILE *out) {
                 (long long)m->file.bytes, (long long)m->file.unread);
     fprintf(out, "one decoded token reads %zu bytes of weights (dense layers, %d of %d experts per layer, "
                  "one embedding row, engram rows, the head)\n", model_decode_bytes(m), c->n_activated_experts, c->n_routed_experts);
+=======
+    fprintf(out, "  %-23s %s\n", "total", human(total, hb, sizeof hb));
+    fprintf(out, "one decoded token reads %s of weights (dense layers, %d of %d experts per layer, "
+                 "one embedding row, engram rows, the head)\n", human(model_decode_bytes(m), hb, sizeof hb),
+            c->n_activated_experts, c->n_routed_experts);
+>>>>>>> 783f7b3 (inspect: 'top-k of layer N' instead of 'top-k from N', and sizes in KiB/MiB/GiB beside the byte counts)
 }
