@@ -8,6 +8,8 @@
 #include "args.h"
 #include "dsv41.h"
 
+const char OPT_REQUIRED[] = "required";
+
 /* 1 when arg (up to its '=' when eq is not NULL) is one of the '|'-separated names. */
 static int name_is(const char *names, const char *arg, size_t arg_len) {
     for (const char *p = names; *p;) {
@@ -35,7 +37,8 @@ static void print_help(const cli_cmd *c) {
         }
         if (o->value && w < (int)sizeof left - 8) snprintf(left + w, sizeof left - (size_t)w, " %s", o->value);
         printf("%-30s%s%s", left, strlen(left) >= 30 ? "\n                              " : "", o->help);
-        if (o->def) printf(" (default: %s)", o->def);
+        if (o->def == OPT_REQUIRED) printf(" (required)");
+        else if (o->def) printf(" (default: %s)", o->def);
         printf("\n");
     }
     printf("  -h, --help                  this text\n");
@@ -137,6 +140,12 @@ int args_parse(const cli_cmd *c, int argc, char **argv) {
         fprintf(stderr, "dsv41: %s: missing argument (usage: dsv41 %s %s)\n", c->name, c->name, c->synopsis);
         return 2;
     }
+    for (int k = 0; k < c->n_opts; k++)
+        if (c->opts[k].def == OPT_REQUIRED && !*(const char **)c->opts[k].dst) {
+            fprintf(stderr, "dsv41: %s: %.*s is required (dsv41 %s --help)\n", c->name, first_len(c->opts[k].names),
+                    c->opts[k].names, c->name);
+            return 2;
+        }
     if (c->n_pos) *c->n_pos = n_pos;
     return -1;
 }

@@ -34,9 +34,12 @@ typedef struct {
     void *dst;           /* where the value goes */
     double lo, hi;       /* range of a numeric value */
     int *seen;           /* set to 1 when given, or NULL */
-    const char *def;     /* the default as shown in --help, or NULL */
+    const char *def;     /* the default as shown in --help, NULL, or OPT_REQUIRED */
     const char *help;    /* one line */
 } cli_opt;
+
+/* The def of an option that must be given (an OPT_STR): the parser checks it is there. */
+extern const char OPT_REQUIRED[];
 
 typedef struct {
     const char *name;       /* "run" */
@@ -48,6 +51,8 @@ typedef struct {
     int min_pos, max_pos;
     int *n_pos;             /* how many were given */
 } cli_cmd;
+
+#define N_OPTS(a) ((int)(sizeof(a) / sizeof *(a)))
 
 /* Parses argv (the arguments after the subcommand's name). Returns -1 when the command should
  * run, or the exit status to leave with: 0 after --help, 2 after a one-line error. "--"

@@ -10,6 +10,12 @@ static int fail(void) {
     return 1;
 }
 
+/* A checkpoint, with the load's progress on a terminal. */
+static dsv41_model *load_model(const char *dir) {
+    progress_on();
+    return dsv41_model_load(dir);
+}
+
 static int cmd_check(int argc, char **argv) {
     const char *golden = NULL, *dir = NULL;
     int32_t threads = 0;
@@ -17,18 +23,22 @@ static int cmd_check(int argc, char **argv) {
         {"-m|--model", "DIR", OPT_STR, &dir, 0, 0, NULL, "the golden's filler weights", "take the weights from this checkpoint"},
         OPT_THREADS(&threads),
     };
-    const cli_cmd cmd = {"check", "GOLDEN.json [options]",
-                         "Run every regime of a golden file on one model and compare every capture with its bars;\n"
-                         "prints one line per failing capture, then \"N passed, N failed\". Exit 0 only if none failed.\n"
-                         "A checkpoint stored in fp8 is expected to fail the bf16 bars.",
-                         opts, 2, &golden, 1, 1, NULL};
+    const cli_cmd cmd = {.name = "check",
+                         .synopsis = "GOLDEN.json [options]",
+                         .about = "Run every regime of a golden file on one model and compare every capture with its bars;\n"
+                                  "prints one line per failing capture, then \"N passed, N failed\". Exit 0 only if none failed.\n"
+                                  "A checkpoint stored in fp8 is expected to fail the bf16 bars.",
+                         .opts = opts,
+                         .n_opts = N_OPTS(opts),
+                         .pos = &golden,
+                         .min_pos = 1,
+                         .max_pos = 1};
     int rc = args_parse(&cmd, argc, argv);
     if (rc >= 0) return rc;
     if (args_apply_threads(threads)) return 2;
     dsv41_golden *g = dsv41_golden_load(golden);
     if (!g) return fail();
-    progress_on();
-    dsv41_model *m = dir ? dsv41_model_load(dir) : dsv41_model_from_golden(g);
+    dsv41_model *m = dir ? load_model(dir) : dsv41_model_from_golden(g);
     if (!m) { dsv41_golden_free(g); return fail(); }
     int32_t passed, failed;
     rc = dsv41_golden_check(g, m, stdout, &passed, &failed);
@@ -42,20 +52,18 @@ static int cmd_check(int argc, char **argv) {
 static int cmd_convert(int argc, char **argv) {
     const char *golden = NULL, *dtype = NULL, *out = NULL;
     const cli_opt opts[] = {
-        {"--golden", "GOLDEN.json", OPT_STR, &golden, 0, 0, NULL, NULL, "the golden whose fixture model is written (required)"},
-        {"--dtype", "bf16|fp8", OPT_STR, &dtype, 0, 0, NULL, NULL, "storage: bf16, or the release's fp8/fp4 (required)"},
-        {"-o|--output", "DIR", OPT_STR, &out, 0, 0, NULL, NULL, "the new checkpoint directory; must not exist (required)"},
+        {"--golden", "GOLDEN.json", OPT_STR, &golden, 0, 0, NULL, OPT_REQUIRED, "the golden whose fixture model is written"},
+        {"--dtype", "bf16|fp8", OPT_STR, &dtype, 0, 0, NULL, OPT_REQUIRED, "storage: bf16, or the release's fp8/fp4"},
+        {"-o|--output", "DIR", OPT_STR, &out, 0, 0, NULL, OPT_REQUIRED, "the new checkpoint directory; must not exist"},
     };
-    const cli_cmd cmd = {"convert", "--golden GOLDEN.json --dtype bf16|fp8 -o DIR",
-                         "Write the golden's model as a checkpoint in the release layout (written under a temporary\n"
-                         "name and renamed, never over an existing directory).",
-                         opts, 3, NULL, 0, 0, NULL};
+    const cli_cmd cmd = {.name = "convert",
+                         .synopsis = "--golden GOLDEN.json --dtype bf16|fp8 -o DIR",
+                         .about = "Write the golden's model as a checkpoint in the release layout (written under a temporary\n"
+                                  "name and renamed, never over an existing directory).",
+                         .opts = opts,
+                         .n_opts = N_OPTS(opts)};
     int rc = args_parse(&cmd, argc, argv);
     if (rc >= 0) return rc;
-    if (!golden || !dtype || !out) {
-        fprintf(stderr, "dsv41: convert: --golden, --dtype and -o are required (dsv41 convert --help)\n");
-        return 2;
-    }
     dsv41_golden *g = dsv41_golden_load(golden);
     if (!g) return fail();
     progress_on();
@@ -71,19 +79,21 @@ static int cmd_synth(int argc, char **argv) {
     const char *cfg = NULL, *dtype = NULL, *out = NULL;
     int skeleton = 0;
     const cli_opt opts[] = {
-        {"--config", "FILE", OPT_STR, &cfg, 0, 0, NULL, NULL, "a fixture-shaped config, e.g. models/tiny.json (required)"},
+        {"--config", "FILE", OPT_STR, &cfg, 0, 0, NULL, OPT_REQUIRED, "a fixture-shaped config, e.g. models/tiny.json"},
         {"--dtype", "bf16|fp8", OPT_STR, &dtype, 0, 0, NULL, "bf16", "storage: bf16, or the release's fp8/fp4"},
-        {"-o|--output", "DIR", OPT_STR, &out, 0, 0, NULL, NULL, "the new checkpoint directory; must not exist (required)"},
+        {"-o|--output", "DIR", OPT_STR, &out, 0, 0, NULL, OPT_REQUIRED, "the new checkpoint directory; must not exist"},
         {"--skeleton", NULL, OPT_FLAG, &skeleton, 0, 0, NULL, NULL,
          "the release layout of a release config.json, every data region a hole (no disk, no --dtype)"},
     };
-    const cli_cmd cmd = {"synth", "--config FILE -o DIR [options]",
-                         "Write a checkpoint of any geometry with filler weights in the release formats.", opts, 4, NULL,
-                         0, 0, NULL};
+    const cli_cmd cmd = {.name = "synth",
+                         .synopsis = "--config FILE -o DIR [options]",
+                         .about = "Write a checkpoint of any geometry with filler weights in the release formats.",
+                         .opts = opts,
+                         .n_opts = N_OPTS(opts)};
     int rc = args_parse(&cmd, argc, argv);
     if (rc >= 0) return rc;
-    if (!cfg || !out || (skeleton && dtype)) {
-        fprintf(stderr, "dsv41: synth: --config and -o are required, --skeleton takes no --dtype (dsv41 synth --help)\n");
+    if (skeleton && dtype) {
+        fprintf(stderr, "dsv41: synth: --skeleton takes no --dtype\n");
         return 2;
     }
     progress_on();
@@ -96,22 +106,19 @@ static int cmd_bench(int argc, char **argv) {
     int32_t threads = 0;
     int json = 0;
     const cli_opt opts[] = {
-        {"-m|--model", "DIR", OPT_STR, &dir, 0, 0, NULL, NULL, "the checkpoint to measure (required)"},
+        {"-m|--model", "DIR", OPT_STR, &dir, 0, 0, NULL, OPT_REQUIRED, "the checkpoint to measure"},
         {"-t|--threads", "N", OPT_I32, &threads, 1, 256, NULL, "one per core", "the second thread count measured"},
         {"--json", NULL, OPT_FLAG, &json, 0, 0, NULL, "a table", "print one JSON object"},
     };
-    const cli_cmd cmd = {"bench", "-m DIR [options]",
-                         "Prefill and decode speed at 1 thread and at -t threads, against the triad bandwidth and the\n"
-                         "FMA peak measured in the same run. Progress on stderr when it is a terminal.",
-                         opts, 3, NULL, 0, 0, NULL};
+    const cli_cmd cmd = {.name = "bench",
+                         .synopsis = "-m DIR [options]",
+                         .about = "Prefill and decode speed at 1 thread and at -t threads, against the triad bandwidth and the\n"
+                                  "FMA peak measured in the same run. Progress on stderr when it is a terminal.",
+                         .opts = opts,
+                         .n_opts = N_OPTS(opts)};
     int rc = args_parse(&cmd, argc, argv);
     if (rc >= 0) return rc;
-    if (!dir) {
-        fprintf(stderr, "dsv41: bench: -m DIR is required (dsv41 bench --help)\n");
-        return 2;
-    }
-    progress_on();
-    dsv41_model *m = dsv41_model_load(dir);
+    dsv41_model *m = load_model(dir);
     if (!m) return fail();
     rc = dsv41_bench(m, threads, json, stdout);
     dsv41_model_free(m);
@@ -120,14 +127,16 @@ static int cmd_bench(int argc, char **argv) {
 
 static int cmd_inspect(int argc, char **argv) {
     const char *dir = NULL;
-    const cli_cmd cmd = {"inspect", "DIR",
-                         "Describe a checkpoint: the config, the layer roles, tensor counts and sizes per storage\n"
-                         "dtype, and the bytes of weights one decoded token reads.",
-                         NULL, 0, &dir, 1, 1, NULL};
+    const cli_cmd cmd = {.name = "inspect",
+                         .synopsis = "DIR",
+                         .about = "Describe a checkpoint: the config, the layer roles, tensor counts and sizes per storage\n"
+                                  "dtype, and the bytes of weights one decoded token reads.",
+                         .pos = &dir,
+                         .min_pos = 1,
+                         .max_pos = 1};
     int rc = args_parse(&cmd, argc, argv);
     if (rc >= 0) return rc;
-    progress_on();
-    dsv41_model *m = dsv41_model_load(dir);
+    dsv41_model *m = load_model(dir);
     if (!m) return fail();
     dsv41_model_describe(m, stdout);
     dsv41_model_free(m);

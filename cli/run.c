@@ -59,14 +59,14 @@ int gen_parse(int chat, int argc, char **argv, gen_opts *o) {
     t[n++] = (cli_opt){"--stop", "STR", OPT_LIST, &o->stops, 0, 0, NULL, NULL, "end the reply at STR (up to 8 times)"};
     t[n++] = (cli_opt){"--special", NULL, OPT_FLAG, &o->special, 0, 0, NULL, "hidden", "print the reply's special tokens"};
     t[n++] = (cli_opt)OPT_THREADS(&o->threads);
-    const cli_cmd cmd = {
-        chat ? "chat" : "run",
-        chat ? "-m DIR [options]" : "[-m DIR] --ids A,B,C [options]  |  dsv41 run -m DIR (-p TEXT | -f FILE) [options]",
-        chat ? "An interactive conversation in one session (/help lists the commands; Ctrl-C stops a reply).\n"
-               "Generated text goes to stdout; timings and progress to stderr."
-             : "Prefill a prompt and generate: token ids in, ids out (--ids), or a user message in, the streamed\n"
-               "reply out (-p, -f). Generated text alone goes to stdout; timings and progress to stderr.",
-        t, n, NULL, 0, 0, NULL};
+    const char *about = chat ? "An interactive conversation in one session (/help lists the commands; Ctrl-C stops a reply).\n"
+                               "Generated text goes to stdout; timings and progress to stderr."
+                             : "Prefill a prompt and generate: token ids in, ids out (--ids), or a user message in, the\n"
+                               "streamed reply out (-p, -f). Generated text alone goes to stdout; timings and progress to stderr.";
+    const cli_cmd cmd = {.name = chat ? "chat" : "run",
+                         .synopsis = chat ? "-m DIR [options]"
+                                          : "[-m DIR] --ids A,B,C [options]  |  dsv41 run -m DIR (-p TEXT | -f FILE) [options]",
+                         .about = about, .opts = t, .n_opts = n};
     int rc = args_parse(&cmd, argc, argv);
     if (rc >= 0) return rc;
     if (args_apply_threads(o->threads)) return 2;

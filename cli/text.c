@@ -60,9 +60,14 @@ int cmd_tokenize(int argc, char **argv) {
         {"--added", "ADDED.json", OPT_STR, &added, 0, 0, NULL, NULL, "replace the added tokens with this table"},
         {"--special", NULL, OPT_FLAG, &special, 0, 0, NULL, "off: plain text", "special-token spellings become their ids"},
     };
-    const cli_cmd cmd = {"tokenize", "(--tokenizer FILE | -m DIR) [options] [--] TEXT",
-                         "Print the token ids of TEXT as a JSON array (\"--\" lets TEXT start with '-').", opts, 4, &text,
-                         1, 1, NULL};
+    const cli_cmd cmd = {.name = "tokenize",
+                         .synopsis = "(--tokenizer FILE | -m DIR) [options] [--] TEXT",
+                         .about = "Print the token ids of TEXT as a JSON array (\"--\" lets TEXT start with '-').",
+                         .opts = opts,
+                         .n_opts = N_OPTS(opts),
+                         .pos = &text,
+                         .min_pos = 1,
+                         .max_pos = 1};
     int rc = args_parse(&cmd, argc, argv);
     if (rc >= 0) return rc;
     if (!tok_path == !dir || (dir && added)) {
@@ -86,18 +91,16 @@ int cmd_tokenize(int argc, char **argv) {
 
 int cmd_render(int argc, char **argv) {
     const char *path = NULL;
-    const cli_opt opts[] = {{"--chat", "CASE.json", OPT_STR, &path, 0, 0, NULL, NULL, "the chat case (required)"}};
-    const cli_cmd cmd = {"render", "--chat CASE.json",
-                         "Print the DeepSeek-V4.1 prompt of a chat case ({\"messages\", \"tools\"?, \"options\"?}) exactly,\n"
-                         "with no newline added. Without options the encoder's default is thinking mode, effort high\n"
-                         "(run and chat default to chat mode).",
-                         opts, 1, NULL, 0, 0, NULL};
+    const cli_opt opts[] = {{"--chat", "CASE.json", OPT_STR, &path, 0, 0, NULL, OPT_REQUIRED, "the chat case"}};
+    const cli_cmd cmd = {.name = "render",
+                         .synopsis = "--chat CASE.json",
+                         .about = "Print the DeepSeek-V4.1 prompt of a chat case ({\"messages\", \"tools\"?, \"options\"?}) exactly,\n"
+                                  "with no newline added. Without options the encoder's default is thinking mode, effort high\n"
+                                  "(run and chat default to chat mode).",
+                         .opts = opts,
+                         .n_opts = N_OPTS(opts)};
     int rc = args_parse(&cmd, argc, argv);
     if (rc >= 0) return rc;
-    if (!path) {
-        fprintf(stderr, "dsv41: render: --chat CASE.json is required\n");
-        return 2;
-    }
     size_t len;
     char *json = read_all("render", path, &len);
     if (!json) return 1;

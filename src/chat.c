@@ -729,4 +729,38 @@ char *dsv41_chat_reply_calls(const char *text, size_t len) {
     if (rc == 0 && out.n == 2) rc = set_error("chat: the tool-call block holds no call");
     if (rc) { free(out.p); return NULL; }
     return out.p;
+
+/* Messages as structs: written as the JSON case above reads (one encoder, one set of rules). */
+char *dsv41_chat_render_messages(const dsv41_chat_message *msgs, int32_t n, const dsv41_chat_options *opts) {
+    if (n < 0 || (n > 0 && !msgs)) { set_error("chat: no messages"); return NULL; }
+    strbuf b = {0};
+    puts_(&b, "{\"messages\": [");
+    for (int32_t i = 0; i < n; i++) {
+        const dsv41_chat_message *m = &msgs[i];
+        if (!m->role || !m->content) {
+            free(b.p);
+            chat_error(i, "role and content are required");
+            return NULL;
+        }
+        puts_(&b, i ? ", {\"role\": " : "{\"role\": ");
+        put_py_string(&b, m->role, strlen(m->role));
+        puts_(&b, ", \"content\": ");
+        put_py_string(&b, m->content, strlen(m->content));
+        if (m->reasoning_content) {
+            puts_(&b, ", \"reasoning_content\": ");
+            put_py_string(&b, m->reasoning_content, strlen(m->reasoning_content));
+        }
+        puts_(&b, "}");
+    }
+    puts_(&b, "]");
+    if (opts) {
+        puts_(&b, opts->thinking ? ", \"options\": {\"thinking_mode\": \"thinking\"" : ", \"options\": {\"thinking_mode\": \"chat\"");
+        if (opts->reasoning_effort) putf(&b, ", \"reasoning_effort\": %d", opts->reasoning_effort);
+        puts_(&b, "}");
+    }
+    puts_(&b, "}");
+    if (b.oom) { free(b.p); set_error("out of memory"); return NULL; }
+    char *text = dsv41_chat_render(b.p, b.n);
+    free(b.p);
+    return text;
 }

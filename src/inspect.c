@@ -117,18 +117,12 @@ void dsv41_model_describe(const dsv41_model *m, FILE *out) {
             fprintf(out, "  %-9s %6zu tensors %14s\n", DT[d], t.count[d], human(t.bytes[d], hb, sizeof hb));
             total += t.bytes[d];
         }
-<<<<<<< HEAD
-    fprintf(out, "  total     %14zu bytes\n", total);
+    fprintf(out, "  %-23s %s\n", "total", human(total, hb, sizeof hb));
     if (m->file.tensors)
         fprintf(out, "checkpoint: %lld tensors in %d shards, %lld bytes of data; %lld tensors the text pass leaves unread "
                      "(DSpark, vision, image-span gate biases)\n", (long long)m->file.tensors, m->file.shards,
                 (long long)m->file.bytes, (long long)m->file.unread);
-    fprintf(out, "one decoded token reads %zu bytes of weights (dense layers, %d of %d experts per layer, "
-                 "one embedding row, engram rows, the head)\n", model_decode_bytes(m), c->n_activated_experts, c->n_routed_experts);
-=======
-    fprintf(out, "  %-23s %s\n", "total", human(total, hb, sizeof hb));
     fprintf(out, "one decoded token reads %s of weights (dense layers, %d of %d experts per layer, "
                  "one embedding row, engram rows, the head)\n", human(model_decode_bytes(m), hb, sizeof hb),
             c->n_activated_experts, c->n_routed_experts);
->>>>>>> 783f7b3 (inspect: 'top-k of layer N' instead of 'top-k from N', and sizes in KiB/MiB/GiB beside the byte counts)
 }

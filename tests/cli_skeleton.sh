@@ -47,8 +47,8 @@ PY
 # inspect's lines in the form release_inventory.py prints
 inspected() {
     ./dsv41 inspect "$1" | sed -nE \
-        -e 's/^  (F32|BF16|F8_E4M3|FP4 \(I8\)) +([0-9]+) tensors +([0-9]+) bytes$/\1 \2 \3/p' \
-        -e 's/^  total +([0-9]+) bytes$/total \1/p' \
+        -e 's/^  (F32|BF16|F8_E4M3|FP4 \(I8\)) +([0-9]+) tensors +([0-9]+) bytes( \(.*\))?$/\1 \2 \3/p' \
+        -e 's/^  total +([0-9]+) bytes( \(.*\))?$/total \1/p' \
         -e 's/^checkpoint: ([0-9]+) tensors in 48 shards, ([0-9]+) bytes of data; ([0-9]+) tensors .*/checkpoint \1 \2 \3/p' \
         -e 's/^one decoded token reads ([0-9]+) bytes .*/decode \1/p'
 }
