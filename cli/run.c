@@ -143,7 +143,6 @@ static int run_ids(const gen_opts *o) {
     dsv41_sampler *smp = dsv41_sampler_new(&o->sp, V);
     float *logits = malloc((size_t)V * sizeof *logits);
     int rc = !s || !smp || !logits ? fail(dsv41_error()) : 0;
-    on_sigint_install();
     double t0 = now_s();
     if (rc == 0 && dsv41_session_forward(s, hist, n_ids, logits, NULL)) rc = fail(dsv41_error());
     if (rc == 0) gen_note_seed(o);
@@ -176,5 +175,6 @@ int cmd_run(int argc, char **argv) {
     gen_opts o;
     int rc = gen_parse(0, argc, argv, &o);
     if (rc >= 0) return rc;
+    on_sigint_install(); /* from here Ctrl-C ends the run with 130, after the call in progress */
     return o.ids ? run_ids(&o) : run_text(&o);
 }

@@ -107,7 +107,7 @@ python3 - ./dsv41 "$tmp/m" <<'PY' && ok || bad "Ctrl-C in run -p exits 130"
 import signal, subprocess, sys, time
 p = subprocess.Popen([sys.argv[1], "run", "-m", sys.argv[2], "-p", "hello", "-n", "1900", "--temp", "1", "--seed", "1"],
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-time.sleep(0.5)
+p.stdout.read(1)                      # the reply has begun
 p.send_signal(signal.SIGINT)
 out, err = p.communicate(timeout=20)
 if p.returncode != 130: print("rc", p.returncode, err[-300:])
