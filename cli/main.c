@@ -173,8 +173,11 @@ int main(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 2; }
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) { usage(stdout); return 0; }
     if (!strcmp(argv[1], "--version")) {
-        const char *sets = dsv41_kernel_sets(), *best = strrchr(sets, ' ');
-        printf("dsv41 %s\nkernel sets: %s (default: %s)\n", dsv41_version(), sets, best ? best + 1 : sets);
+        const char *sets[8];
+        int32_t n = dsv41_kernel_sets(sets, 8);
+        printf("dsv41 %s\nkernel sets:", dsv41_version());
+        for (int32_t i = 0; i < n && i < 8; i++) printf(" %s", sets[i]);
+        printf(" (default: %s)\n", sets[n - 1]);
         return 0;
     }
     for (size_t i = 0; i < sizeof COMMANDS / sizeof *COMMANDS; i++)

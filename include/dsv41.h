@@ -33,9 +33,9 @@ const char *dsv41_error(void);
 
 /* DSV41_VERSION of the library in use. */
 const char *dsv41_version(void);
-/* The kernel sets this CPU runs, slowest first, separated by spaces ("scalar avx2 avx512"); the
- * last is the one used by default. */
-const char *dsv41_kernel_sets(void);
+/* The sets this CPU runs, slowest first: writes up to cap names (static strings) to names and
+ * returns how many there are. The last is the one used by default. */
+int32_t dsv41_kernel_sets(const char **names, int32_t cap);
 
 /* Long calls of this thread (dsv41_synth, dsv41_convert_golden, dsv41_model_load, each phase
  * of dsv41_bench) report through fn: what is being done, and done of total units (total > 0;

@@ -66,7 +66,7 @@ def _fn(name, restype, *argtypes):
 
 _error = _fn("dsv41_error", _c.c_char_p)
 _version = _fn("dsv41_version", _c.c_char_p)
-_kernel_sets = _fn("dsv41_kernel_sets", _c.c_char_p)
+_kernel_sets = _fn("dsv41_kernel_sets", _c.c_int32, _c.POINTER(_c.c_char_p), _c.c_int32)
 _model_builtin = _fn("dsv41_model_builtin", _P)
 _model_load = _fn("dsv41_model_load", _P, _c.c_char_p)
 _model_free = _fn("dsv41_model_free", None, _P)
@@ -104,7 +104,8 @@ def version():
 
 def kernel_sets():
     """The kernel sets this CPU runs, slowest first; the last is the default."""
-    return _kernel_sets().decode().split()
+    names = (_c.c_char_p * 8)()
+    return [names[i].decode() for i in range(min(_kernel_sets(names, 8), 8))]
 
 
 _EFFORT = {"low": 50, "high": 75, "max": 100}
