@@ -26,16 +26,6 @@ static int fail(const char *what) {
     return 1;
 }
 
-/* --think's value as the encoder's effort: low 50, high 75, max 100, or 1..100; -1 if bad */
-static int32_t effort_of(const char *think) {
-    if (!strcmp(think, "low")) return 50;
-    if (!strcmp(think, "high")) return 75;
-    if (!strcmp(think, "max")) return 100;
-    char *end;
-    long v = strtol(think, &end, 10);
-    return *end || end == think || v < 1 || v > 100 ? -1 : (int32_t)v;
-}
-
 /* Renders user/assistant text pairs msgs [2 n] (role, content) after the run's system
  * message, in chat mode unless --think asks for thinking. */
 static char *render(const gen_opts *o, const char *const *msgs, int n) {
@@ -43,7 +33,7 @@ static char *render(const gen_opts *o, const char *const *msgs, int n) {
     int k = 0;
     if (o->system) m[k++] = (dsv41_chat_message){"system", o->system, NULL};
     for (int i = 0; i < n; i++) m[k++] = (dsv41_chat_message){msgs[2 * i], msgs[2 * i + 1], NULL};
-    dsv41_chat_options opts = {o->think != NULL, o->think ? effort_of(o->think) : 0};
+    dsv41_chat_options opts = {o->effort > 0, o->effort};
     return dsv41_chat_render_messages(m, k, &opts);
 }
 

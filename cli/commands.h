@@ -14,6 +14,7 @@ typedef struct {
     const char *prompt, *file; /* -p TEXT or -f FILE: the user message of run */
     const char *ids;           /* --ids A,B,C: a prompt of token ids */
     const char *think, *system;
+    int32_t effort;            /* --think as 1..100 (low 50, high 75, max 100), 0: chat mode */
     str_list stops;            /* --stop strings */
     dsv41_sampler_params sp;
     int temp_given, seed_given;

@@ -23,6 +23,16 @@ void on_sigint_install(void) {
     sigaction(SIGINT, &sa, NULL);
 }
 
+/* --think's value as the encoder's effort: low 50, high 75, max 100, or 1..100; -1 if bad */
+static int32_t effort_of(const char *think) {
+    if (!strcmp(think, "low")) return 50;
+    if (!strcmp(think, "high")) return 75;
+    if (!strcmp(think, "max")) return 100;
+    char *end;
+    long v = strtol(think, &end, 10);
+    return *end || end == think || v < 1 || v > 100 ? -1 : (int32_t)v;
+}
+
 /* The table is built per call because its rows point into o; chat leaves out the prompt rows. */
 int gen_parse(int chat, int argc, char **argv, gen_opts *o) {
     *o = (gen_opts){.n_new = -1, .sp = dsv41_sampler_params_default()};
@@ -76,6 +86,10 @@ int gen_parse(int chat, int argc, char **argv, gen_opts *o) {
     }
     if (!o->dir && !o->ids) {
         fprintf(stderr, "dsv41: %s: give the checkpoint directory with -m DIR\n", cmd.name);
+        return 2;
+    }
+    if (o->think && (o->effort = effort_of(o->think)) < 0) {
+        fprintf(stderr, "dsv41: %s: --think wants low, high, max or an effort from 1 to 100, not '%s'\n", cmd.name, o->think);
         return 2;
     }
     if (o->ids && !o->temp_given) o->sp.temperature = 0.0f;

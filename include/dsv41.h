@@ -75,7 +75,8 @@ int32_t dsv41_session_pos(const dsv41_session *s);
 int dsv41_session_forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logits, dsv41_trace *trace);
 /* The same, with the logits of every fed token: logits [n][vocab_size]. */
 int dsv41_session_forward_all(dsv41_session *s, const int32_t *ids, int32_t n, float *logits);
-/* Calls fn after each layer of every forward (a progress line for long prefills). */
+/* Calls fn after each layer of every forward call (a progress line for long prefills) until it
+ * is set again; NULL turns it off. */
 void dsv41_session_set_progress(dsv41_session *s, void (*fn)(void *ctx, int32_t done, int32_t total), void *ctx);
 
 /* ---- benchmark: decode and prefill speed against the machine's triad bandwidth and FMA peak,
@@ -118,7 +119,7 @@ typedef struct {
     float min_p;        /* 0: off */
     uint64_t seed;      /* the same seed, logits and parameters give the same tokens */
     /* penalties on tokens of the recent history, applied by dsv41_apply_penalties */
-    float repeat_penalty;    /* 1: off; a seen token's logit is divided (> 0) or multiplied (< 0) by it */
+    float repeat_penalty;    /* 1 (or 0): off; a seen token's positive logit is divided by it, a negative one multiplied */
     float presence_penalty;  /* 0: off; subtracted once from a seen token's logit */
     float frequency_penalty; /* 0: off; subtracted once per occurrence */
     int32_t penalty_last_n;  /* how many of the latest tokens count (0: none) */
