@@ -10,7 +10,7 @@
 
 const char OPT_REQUIRED[] = "required";
 
-/* 1 when arg (up to its '=' when eq is not NULL) is one of the '|'-separated names. */
+/* 1 when the first arg_len bytes of arg spell one of the '|'-separated names. */
 static int name_is(const char *names, const char *arg, size_t arg_len) {
     for (const char *p = names; *p;) {
         size_t n = strcspn(p, "|");

@@ -45,6 +45,7 @@ double bench_triad_gbps(void) {
         double t0 = now();
         pool_run(n, 1 << 16, triad_range, &j);
         best = fmin(best, now() - t0);
+        progress_report("bench: triad passes", rep + 1, 5);
     }
     free(j.a); free(j.b); free(j.c);
     return 24.0 * (double)n / best / 1e9;
