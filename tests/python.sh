@@ -4,8 +4,7 @@
 . "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
-python3 tests/ref/chat_model.py models/tiny.json "$tmp/tiny.json" "$tmp/tokenizer.json" &&
-    ./dsv41 synth --config "$tmp/tiny.json" -o "$tmp/m" && cp "$tmp/tokenizer.json" "$tmp/m/" || bad "the test checkpoint"
+chat_model "$tmp/m" || bad "the test checkpoint"
 out=$(DSV41_LIB=build/libdsv41.so PYTHONPATH=python "$PY" tests/test_python.py ./dsv41 "$tmp/m" 2>&1); rc=$?
 printf '%s\n' "$out" | grep -v '^[0-9]* passed, [0-9]* failed$'
 line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$')
