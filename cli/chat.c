@@ -322,5 +322,5 @@ int cmd_chat(int argc, char **argv) {
     }
     stats(&c);
     close_chat(&c);
-    return rc;
+    return rc == 0 && interrupted ? 130 : rc; /* Ctrl-C at the prompt leaves as a signal would */
 }
