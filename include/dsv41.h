@@ -221,10 +221,6 @@ typedef struct {
  * default (thinking mode, effort high). Returns a malloc'd string, or NULL with dsv41_error(). */
 char *dsv41_chat_render_messages(const dsv41_chat_message *msgs, int32_t n, const dsv41_chat_options *opts);
 
-#if defined(__GNUC__)
-#pragma GCC visibility pop
-#endif
-
 /* A generated reply's parts, as byte offsets into its text: the reasoning text[0,
  * reasoning_end) (thinking mode: the prompt ended with <think>), the answer text[content_start,
  * content_end), and a DSML tool-call block from calls_start on (-1: none). Without
@@ -265,6 +261,10 @@ const char *dsv41_json_str(const dsv41_json *v);
 /* A number's value (a boolean as 0 or 1; 0 for other types). *is_int, when not NULL, says
  * whether the literal was an integer that fits 64 bits. */
 double dsv41_json_num(const dsv41_json *v, int *is_int);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

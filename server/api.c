@@ -224,7 +224,7 @@ int api_parse_generation(server *sv, gen_kind kind, const char *body, size_t n, 
     if (!status && !j) status = api_error(err, 500, NULL, "out of memory");
     int64_t max_tokens = -1, cmax = -1, top_k = 0, seed = -1, n_choices = 1;
     if (!status) {
-        j->sp = (dsv41_sampler_params){0.6f, 0, 0.95f, 0.0f, 0};
+        j->sp = dsv41_sampler_params_default();
         const char *max_key = dsv41_json_get(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
         if (get_int(root, "max_tokens", 1, 1e9, &max_tokens, err) || get_int(root, "max_completion_tokens", 1, 1e9, &cmax, err) ||
             get_float(root, "temperature", 0, 2, &j->sp.temperature, err) || get_float(root, "top_p", 1e-6, 1, &j->sp.top_p, err) ||

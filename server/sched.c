@@ -50,7 +50,7 @@ job *job_new(const int32_t *prompt, int32_t n_prompt) {
     }
     if (n_prompt > 0) memcpy(j->prompt, prompt, (size_t)n_prompt * sizeof *prompt);
     j->n_prompt = n_prompt;
-    j->sp = (dsv41_sampler_params){1.0f, 0, 1.0f, 0.0f, 0};
+    j->sp = (dsv41_sampler_params){.temperature = 1.0f, .top_p = 1.0f, .repeat_penalty = 1.0f};
     atomic_init(&j->cancel, 0);
     pthread_cond_init(&j->changed, NULL);
     return j;

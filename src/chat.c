@@ -729,6 +729,7 @@ char *dsv41_chat_reply_calls(const char *text, size_t len) {
     if (rc == 0 && out.n == 2) rc = set_error("chat: the tool-call block holds no call");
     if (rc) { free(out.p); return NULL; }
     return out.p;
+}
 
 /* Messages as structs: written as the JSON case above reads (one encoder, one set of rules). */
 char *dsv41_chat_render_messages(const dsv41_chat_message *msgs, int32_t n, const dsv41_chat_options *opts) {
