@@ -114,21 +114,6 @@ if p.returncode != 130: print("rc", p.returncode, err[-300:])
 sys.exit(0 if p.returncode == 130 else 1)
 PY
 
-# Ctrl-C at chat's prompt leaves with 130
-python3 - ./dsv41 "$tmp/m" <<'PY' && ok || bad "Ctrl-C at the chat prompt exits 130"
-import os, pty, select, sys, time
-pid, fd = pty.fork()
-if pid == 0:
-    os.execv(sys.argv[1], [sys.argv[1], "chat", "-m", sys.argv[2]])
-out, end = b"", time.time() + 20
-while time.time() < end and b"> " not in out:
-    if select.select([fd], [], [], 0.05)[0]: out += os.read(fd, 65536)
-os.write(fd, b"\x03")
-code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-if code != 130: print("exit", code)
-sys.exit(0 if code == 130 else 1)
-PY
-
 # a turn of 64+ tokens on a terminal: the prefill's layer display is gone before the reply
 # streams, and the reply arrives whole (it once was erased by a redraw after every token)
 long="please tell me about $(printf 'the hello world %.0s' $(seq 1 30))"

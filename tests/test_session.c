@@ -127,8 +127,11 @@ static void test_sampler_vocab(void) {
     }
     logits[777] = 6.0f; /* a clear top token */
     static const dsv41_sampler_params cases[] = {
-        {0.8f, 0, 0.95f, 0.0f, 1}, {0.5f, 0, 0.3f, 0.0f, 2}, {1.0f, 50, 0.9f, 0.0f, 3}, {0.7f, 0, 1.0f, 0.02f, 4},
-        {0.05f, 0, 0.99f, 0.0f, 5},
+        {.temperature = 0.8f, .top_k = 0, .top_p = 0.95f, .min_p = 0.0f, .seed = 1},
+        {.temperature = 0.5f, .top_k = 0, .top_p = 0.3f, .min_p = 0.0f, .seed = 2},
+        {.temperature = 1.0f, .top_k = 50, .top_p = 0.9f, .min_p = 0.0f, .seed = 3},
+        {.temperature = 0.7f, .top_k = 0, .top_p = 1.0f, .min_p = 0.02f, .seed = 4},
+        {.temperature = 0.05f, .top_k = 0, .top_p = 0.99f, .min_p = 0.0f, .seed = 5},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int32_t keep = ref_keep(logits, V, &cases[c], order, prob);
