@@ -72,7 +72,7 @@ static int chat_demo(const char *dir, const char *text) {
         int32_t next = dsv41_sample(smp, logits);
         if (next == dsv41_tokenizer_eos(t)) break;
         hist[pos] = next;
-        int64_t k = dsv41_token_is_special(t, next) ? 0 : dsv41_detokenize(t, &st, next, out, sizeof out);
+        int64_t k = dsv41_detokenize(t, &st, next, out, sizeof out); /* special tokens too, as run --special */
         if (k > 0) fwrite(out, 1, (size_t)k, stdout);
         rc = dsv41_session_forward(s, &next, 1, logits, NULL);
     }

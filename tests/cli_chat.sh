@@ -90,7 +90,7 @@ PY
 
 # the example program (examples/generate.c) gives what run gives with the same settings
 a=$(build/example_generate "$tmp/m" "hello there" 2>&1); rc=$?
-b=$(./dsv41 run -m "$tmp/m" -p "hello there" --seed 1 --repeat-penalty 1.1 2>/dev/null)
+b=$(./dsv41 run -m "$tmp/m" -p "hello there" --seed 1 --repeat-penalty 1.1 --special 2>/dev/null)
 [ $rc -eq 0 ] && [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "examples/generate.c: rc=$rc, '$a' vs '$b'"
 expect_error "run -f with a missing file" ./dsv41 run -m "$tmp/m" -f "$tmp/none.txt"
 
