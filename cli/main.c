@@ -89,9 +89,10 @@ static int cmd_convert(int argc, char **argv) {
     }
     dsv41_golden *g = dsv41_golden_load(golden);
     if (!g) return fail(dsv41_error());
-    int rc = dsv41_convert_golden(g, dtype, out);
+    cli_catch_signals(1);
+    int rc = dsv41_convert_golden(g, dtype, out, &cli_signal);
     dsv41_golden_free(g);
-    return rc ? fail(dsv41_error()) : 0;
+    return cli_signal ? 128 + cli_signal : rc ? fail(dsv41_error()) : 0;
 }
 
 static int cmd_synth(int argc, char **argv) {
@@ -107,7 +108,9 @@ static int cmd_synth(int argc, char **argv) {
         fprintf(stderr, "usage: dsv41 synth --config FILE -o DIR [--dtype bf16|fp8]\n");
         return 2;
     }
-    return dsv41_synth(cfg, dtype, out) ? fail(dsv41_error()) : 0;
+    cli_catch_signals(1);
+    int rc = dsv41_synth(cfg, dtype, out, &cli_signal);
+    return cli_signal ? 128 + cli_signal : rc ? fail(dsv41_error()) : 0;
 }
 
 static int cmd_bench(int argc, char **argv) {

@@ -7,6 +7,7 @@
 #ifndef DSV41_H
 #define DSV41_H
 
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -55,6 +56,12 @@ int dsv41_session_forward(dsv41_session *s, const int32_t *ids, int32_t n, float
 int dsv41_session_forward_all(dsv41_session *s, const int32_t *ids, int32_t n, float *logits);
 /* Calls fn after each layer of every forward (a progress line for long prefills). */
 void dsv41_session_set_progress(dsv41_session *s, void (*fn)(void *ctx, int32_t done, int32_t total), void *ctx);
+/* Asks the forward call running on s to stop; safe from any thread and from a signal handler.
+ * A prefill stops between layers and leaves the session empty (position 0); an append stops
+ * between tokens and keeps the tokens fed so far (dsv41_session_pos). The stopped call returns
+ * -1 with dsv41_error() "forward: cancelled". A request made while no call runs has no
+ * effect, and neither has one on a model split over ranks (its ranks run every call in step). */
+void dsv41_session_cancel(dsv41_session *s);
 
 /* ---- benchmark: decode and prefill speed against the machine's triad bandwidth and FMA peak,
  * measured in the same run, at 1 thread and at `threads` (<= 0: one per core). json != 0
@@ -116,11 +123,15 @@ int dsv41_golden_check(const dsv41_golden *g, const dsv41_model *m, FILE *report
 /* Writes the golden's fixture model as a checkpoint directory in the release layout. dtype
  * "bf16" keeps every value the filler's; "fp8" stores dense weights as e4m3 with 32x32 e8m0
  * scales and routed experts as packed e2m1 with per-32 e8m0 scales, as the release does. The
- * directory appears whole (written under a temporary name, then renamed) or not at all. */
-int dsv41_convert_golden(const dsv41_golden *g, const char *dtype, const char *out_dir);
+ * directory appears whole (written under a temporary name, synced, then renamed) or not at
+ * all. Tensors are written one at a time, so memory stays near the largest tensor. cancel, when
+ * not NULL, is polled between tensors (a signal handler may set it): once non-zero, the
+ * temporary directory is removed and -1 returned with "convert: cancelled". */
+int dsv41_convert_golden(const dsv41_golden *g, const char *dtype, const char *out_dir, const volatile sig_atomic_t *cancel);
 /* Writes a checkpoint of any geometry with filler weights (the golden generator's naming rule)
- * in the release formats. config_path is a fixture-shaped JSON config such as models/tiny.json. */
-int dsv41_synth(const char *config_path, const char *dtype, const char *out_dir);
+ * in the release formats, as dsv41_convert_golden does. config_path is a fixture-shaped JSON
+ * config such as models/tiny.json. */
+int dsv41_synth(const char *config_path, const char *dtype, const char *out_dir, const volatile sig_atomic_t *cancel);
 
 /* ---- tokenizer: byte-level BPE read from a Hugging Face tokenizer.json */
 typedef struct dsv41_tokenizer dsv41_tokenizer;

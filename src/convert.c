@@ -7,7 +7,10 @@
  * per 32 inputs. Files go into a temporary directory that is renamed into place last. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,19 +26,31 @@ typedef struct {
     char name[160];
     int32_t ndim;
     int64_t shape[2];
-    weight w;
+    weight w;                /* type, mode and geometry; data and scale are not kept */
+    int has_scale;
 } record;
 
+/* Records what model_build asks for, answering from inner with memory it reuses for the next
+ * tensor: the loader reads a tensor only before its next load, and the writer asks inner again
+ * tensor by tensor, so converting never holds more than one tensor of the model. */
 typedef struct {
     weight_source base;
     weight_source *inner;
+    dsv41_model arena;       /* owns the tensor inner answered last */
     record *recs;
     size_t n, cap;
 } recorder;
 
+static void arena_clear(dsv41_model *a) {
+    for (size_t i = 0; i < a->n_owned; i++) free(a->owned[i]);
+    a->n_owned = 0;
+}
+
 static int record_load(weight_source *src, dsv41_model *m, const char *name, int32_t ndim, const int64_t *shape, weight *w) {
+    (void)m;
     recorder *r = (recorder *)src;
-    if (r->inner->load(r->inner, m, name, ndim, shape, w)) return -1;
+    arena_clear(&r->arena);
+    if (r->inner->load(r->inner, &r->arena, name, ndim, shape, w)) return -1;
     if (r->n == r->cap) {
         size_t cap = r->cap ? r->cap * 2 : 256;
         record *nr = realloc(r->recs, cap * sizeof *nr);
@@ -49,6 +64,9 @@ static int record_load(weight_source *src, dsv41_model *m, const char *name, int
     rec->shape[0] = shape[0];
     rec->shape[1] = ndim > 1 ? shape[1] : 1;
     rec->w = *w;
+    rec->w.data = NULL;
+    rec->w.scale = NULL;
+    rec->has_scale = w->scale != NULL;
     return 0;
 }
 
@@ -58,24 +76,22 @@ typedef struct {
     const char *dtype;
     int32_t ndim;
     int64_t shape[2];
-    const void *data;
     size_t nbytes;
     int32_t shard;
+    size_t rec;              /* the record it comes from: its weight, then its scale */
 } out_tensor;
 
 typedef struct {
     out_tensor *t;
     size_t n, cap;
-    void **bufs; /* quantized data this writer owns */
-    size_t n_bufs;
 } out_list;
 
-static out_tensor *add_out(out_list *o, const char *name, const char *dtype, int32_t ndim, int64_t r, int64_t c,
-                           const void *data, size_t nbytes, int32_t shard) {
+static int add_out(out_list *o, const char *name, const char *dtype, int32_t ndim, int64_t r, int64_t c, size_t nbytes,
+                   int32_t shard, size_t rec) {
     if (o->n == o->cap) {
         size_t cap = o->cap ? o->cap * 2 : 256;
         out_tensor *nt = realloc(o->t, cap * sizeof *nt);
-        if (!nt) return NULL;
+        if (!nt) return set_error("out of memory");
         o->t = nt;
         o->cap = cap;
     }
@@ -85,19 +101,11 @@ static out_tensor *add_out(out_list *o, const char *name, const char *dtype, int
     t->ndim = ndim;
     t->shape[0] = r;
     t->shape[1] = c;
-    t->data = data;
     t->nbytes = nbytes;
     t->shard = shard;
-    return t;
+    t->rec = rec;
+    return 0;
 }
-
-static void *own(out_list *o, size_t n) {
-    void **nb = realloc(o->bufs, (o->n_bufs + 1) * sizeof *nb);
-    if (!nb) return NULL;
-    o->bufs = nb;
-    return o->bufs[o->n_bufs++] = calloc(1, n ? n : 1);
-}
-
 
 /* The matrices the release keeps in fp8 (everything else dense stays bf16 / f32). */
 static int stored_fp8(const char *name) {
@@ -153,6 +161,17 @@ static int32_t shard_of(const config *c, const char *name) {
     return strcmp(name, "embed.weight") == 0 ? 0 : 1;
 }
 
+/* How a recorded tensor is stored: as the source gave it, or as the release's fp8 layout has it */
+typedef enum { KEEP, QUANT_FP8, QUANT_FP4, TO_BF16 } storing;
+
+static storing how_stored(const record *rc, int fp8) {
+    if (fp8 && rc->w.type == DT_BF16 && strstr(rc->name, ".ffn.experts.")) return QUANT_FP4;
+    if (fp8 && rc->w.type == DT_BF16 && stored_fp8(rc->name)) return QUANT_FP8;
+    if (fp8 && rc->w.type == DT_F32 && promoted_f32(rc->name)) return TO_BF16; /* the release stores these bf16 */
+    return KEEP;
+}
+
+/* The shard layout from the records alone: names, dtypes, shapes and byte counts. */
 static int plan(const config *c, const recorder *r, int fp8, out_list *o) {
     static const char *DT[] = {"F32", "BF16", "F8_E4M3", "F8_E8M0", "I8"};
     static const int SZ[] = {4, 2, 1, 1, 1};
@@ -160,44 +179,33 @@ static int plan(const config *c, const recorder *r, int fp8, out_list *o) {
         const record *rc = &r->recs[i];
         const weight *w = &rc->w;
         int32_t sh = shard_of(c, rc->name);
-        int64_t rows = w->rows, cols = w->cols;
+        int64_t rows = w->rows, cols = w->cols, sc = (cols + 31) / 32;
         char sname[180];
         snprintf(sname, sizeof sname, "%.*s.scale", (int)strlen(rc->name) - 7, rc->name);
-        int expert = strstr(rc->name, ".ffn.experts.") != NULL;
-        if (fp8 && w->type == DT_BF16 && (expert || stored_fp8(rc->name))) {
-            int64_t sr = expert ? rows : (rows + 31) / 32, sc = (cols + 31) / 32, dc = expert ? (cols + 1) / 2 : cols;
-            uint8_t *codes = own(o, (size_t)(rows * dc)), *scale = own(o, (size_t)(sr * sc));
-            if (!codes || !scale) return set_error("out of memory");
-            if (expert) quant_fp4_rows(w, codes, scale);
-            else quant_fp8_tiles(w, codes, scale);
-            if (!add_out(o, rc->name, expert ? "I8" : "F8_E4M3", 2, rows, dc, codes, (size_t)(rows * dc), sh) ||
-                !add_out(o, sname, "F8_E8M0", 2, sr, sc, scale, (size_t)(sr * sc), sh))
-                return set_error("out of memory");
-            continue;
+        storing how = how_stored(rc, fp8);
+        int rc_err = 0;
+        if (how == QUANT_FP8 || how == QUANT_FP4) {
+            int64_t sr = how == QUANT_FP4 ? rows : (rows + 31) / 32, dc = how == QUANT_FP4 ? (cols + 1) / 2 : cols;
+            rc_err = add_out(o, rc->name, how == QUANT_FP4 ? "I8" : "F8_E4M3", 2, rows, dc, (size_t)(rows * dc), sh, i) ||
+                     add_out(o, sname, "F8_E8M0", 2, sr, sc, (size_t)(sr * sc), sh, i);
+        } else if (how == TO_BF16) {
+            rc_err = add_out(o, rc->name, "BF16", rc->ndim, rc->shape[0], rc->shape[1], (size_t)(rows * cols) * 2, sh, i);
+        } else {
+            size_t nb = (size_t)(rows * (w->type == DT_FP4 ? (cols + 1) / 2 : cols)) * (size_t)SZ[w->type];
+            int64_t sr = w->scale_rows == 1 ? rows : (rows + 31) / 32;
+            rc_err = add_out(o, rc->name, DT[w->type], rc->ndim, rc->shape[0], rc->shape[1], nb, sh, i) ||
+                     (rc->has_scale && add_out(o, sname, "F8_E8M0", 2, sr, sc, (size_t)(sr * sc), sh, i));
         }
-        if (fp8 && w->type == DT_F32 && promoted_f32(rc->name)) { /* the release stores these bf16 */
-            uint16_t *h = own(o, (size_t)(rows * cols) * 2);
-            if (!h) return set_error("out of memory");
-            for (int64_t i = 0; i < rows * cols; i++) h[i] = f32_to_bf16(((const float *)w->data)[i]);
-            if (!add_out(o, rc->name, "BF16", rc->ndim, rc->shape[0], rc->shape[1], h, (size_t)(rows * cols) * 2, sh))
-                return set_error("out of memory");
-            continue;
-        }
-        size_t nb = (size_t)(rows * (w->type == DT_FP4 ? (cols + 1) / 2 : cols)) * (size_t)SZ[w->type];
-        if (!add_out(o, rc->name, DT[w->type], rc->ndim, rc->shape[0], rc->shape[1], w->data, nb, sh))
-            return set_error("out of memory");
-        if (w->scale) {
-            int64_t sr = w->scale_rows == 1 ? rows : (rows + 31) / 32, sc = (cols + 31) / 32;
-            if (!add_out(o, sname, "F8_E8M0", 2, sr, sc, w->scale, (size_t)(sr * sc), sh)) return set_error("out of memory");
-        }
+        if (rc_err) return -1;
     }
     return 0;
 }
 
-/* a growable text buffer for headers and JSON files */
+/* a growable text buffer for headers and JSON files; oom is set once a put could not grow it */
 typedef struct {
     char *s;
     size_t n, cap;
+    int oom;
 } text;
 
 static void put(text *t, const char *fmt, ...) {
@@ -205,11 +213,11 @@ static void put(text *t, const char *fmt, ...) {
     va_start(ap, fmt);
     int need = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    if (need < 0) return;
+    if (need < 0 || t->oom) return;
     if (t->n + (size_t)need + 1 > t->cap) {
         size_t cap = (t->n + (size_t)need + 1) * 2;
         char *ns = realloc(t->s, cap);
-        if (!ns) abort();
+        if (!ns) { t->oom = 1; return; }
         t->s = ns;
         t->cap = cap;
     }
@@ -219,15 +227,25 @@ static void put(text *t, const char *fmt, ...) {
     t->n += (size_t)need;
 }
 
-static int write_file(const char *path, const void *a, size_t an, const void *b, size_t bn) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return set_error("%s: cannot create: %s", path, strerror(errno));
-    int ok = fwrite(a, 1, an, f) == an && (!bn || fwrite(b, 1, bn, f) == bn);
+/* Flushes f to the disk and closes it: a renamed checkpoint must not be missing its data after
+ * a crash. Returns 0 or -1 with a message naming path. */
+static int close_synced(FILE *f, const char *path, int ok) {
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     ok = fclose(f) == 0 && ok;
-    return ok ? 0 : set_error("%s: write failed", path);
+    return ok ? 0 : set_error("%s: write failed: %s", path, strerror(errno));
 }
 
-static int write_shard(const char *dir, const char *file, const out_list *o, int32_t shard) {
+static int write_text(const char *dir, const char *file, const text *t) {
+    char path[1400];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    if (t->oom) return set_error("%s: out of memory", path);
+    FILE *f = fopen(path, "wb");
+    if (!f) return set_error("%s: cannot create: %s", path, strerror(errno));
+    return close_synced(f, path, fwrite(t->s, 1, t->n, f) == t->n);
+}
+
+/* The 8-byte length and the JSON header of one shard. */
+static int write_header(FILE *f, const char *path, const out_list *o, int32_t shard) {
     text h = {0};
     put(&h, "{\"__metadata__\":{\"format\":\"pt\"}");
     size_t off = 0;
@@ -241,18 +259,59 @@ static int write_shard(const char *dir, const char *file, const out_list *o, int
     }
     put(&h, "}");
     while (h.n % 8) put(&h, " ");
-    char path[1400];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    FILE *f = fopen(path, "wb");
-    if (!f) { free(h.s); return set_error("%s: cannot create: %s", path, strerror(errno)); }
     uint8_t len[8];
     for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)h.n >> (8 * i));
-    int ok = fwrite(len, 1, 8, f) == 8 && fwrite(h.s, 1, h.n, f) == h.n;
-    for (size_t i = 0; ok && i < o->n; i++)
-        if (o->t[i].shard == shard) ok = fwrite(o->t[i].data, 1, o->t[i].nbytes, f) == o->t[i].nbytes;
-    ok = fclose(f) == 0 && ok;
+    int rc = h.oom ? set_error("%s: out of memory", path)
+             : fwrite(len, 1, 8, f) == 8 && fwrite(h.s, 1, h.n, f) == h.n ? 0 : set_error("%s: write failed", path);
     free(h.s);
-    return ok ? 0 : set_error("%s: write failed", path);
+    return rc;
+}
+
+/* Every tensor's bytes into its shard, in the plan's order: each record's tensor is asked of
+ * the source again, quantized when the plan says so, written and dropped. */
+static int write_tensors(recorder *r, const out_list *o, int fp8, FILE **f, char (*paths)[1400],
+                         const volatile sig_atomic_t *cancel) {
+    int rc = 0;
+    for (size_t i = 0, k = 0; rc == 0 && i < r->n; i++) {
+        const record *rec = &r->recs[i];
+        if (cancel && *cancel) return set_error("convert: cancelled");
+        weight w;
+        arena_clear(&r->arena);
+        if (r->inner->load(r->inner, &r->arena, rec->name, rec->ndim, rec->shape, &w)) return -1;
+        storing how = how_stored(rec, fp8);
+        const out_tensor *t = &o->t[k], *ts = k + 1 < o->n && o->t[k + 1].rec == i ? &o->t[k + 1] : NULL;
+        uint8_t *data = how == KEEP ? NULL : calloc(1, t->nbytes + 1), *scale = ts && how != KEEP ? calloc(1, ts->nbytes + 1) : NULL;
+        if ((how != KEEP && !data) || (ts && how != KEEP && !scale)) rc = set_error("out of memory");
+        else if (how == QUANT_FP4) quant_fp4_rows(&w, data, scale);
+        else if (how == QUANT_FP8) quant_fp8_tiles(&w, data, scale);
+        else if (how == TO_BF16)
+            for (int64_t e = 0; e < w.rows * w.cols; e++) ((uint16_t *)data)[e] = f32_to_bf16(((const float *)w.data)[e]);
+        if (rc == 0 && fwrite(how == KEEP ? w.data : data, 1, t->nbytes, f[t->shard]) != t->nbytes)
+            rc = set_error("%s: write failed: %s", paths[t->shard], strerror(errno));
+        if (rc == 0 && ts && fwrite(how == KEEP ? w.scale : scale, 1, ts->nbytes, f[ts->shard]) != ts->nbytes)
+            rc = set_error("%s: write failed: %s", paths[ts->shard], strerror(errno));
+        k += ts ? 2 : 1;
+        free(data);
+        free(scale);
+    }
+    arena_clear(&r->arena);
+    return rc;
+}
+
+static int write_shards(const char *dir, recorder *r, const out_list *o, int fp8, int nshards, char (*files)[64],
+                        const volatile sig_atomic_t *cancel) {
+    FILE *f[3] = {NULL, NULL, NULL};
+    char paths[3][1400];
+    int rc = 0;
+    for (int s = 0; rc == 0 && s < nshards; s++) {
+        snprintf(paths[s], sizeof paths[s], "%s/%s", dir, files[s]);
+        if (!(f[s] = fopen(paths[s], "wb"))) rc = set_error("%s: cannot create: %s", paths[s], strerror(errno));
+        else rc = write_header(f[s], paths[s], o, s);
+    }
+    if (rc == 0) rc = write_tensors(r, o, fp8, f, paths, cancel);
+    for (int s = 0; s < nshards; s++)
+        if (f[s] && close_synced(f[s], paths[s], rc == 0) && rc == 0) rc = -1;
+    return rc;
 }
 
 static void put_list(text *t, const char *key, const int32_t *v, int n) {
@@ -321,76 +380,84 @@ static void remove_tree(const char *dir) {
     rmdir(dir);
 }
 
-static int write_checkpoint(const config *c, const recorder *r, int fp8, const char *out_dir) {
+/* fsync of a directory, so that the names in it (new files, a rename) survive a crash */
+static int sync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int ok = fd >= 0 && fsync(fd) == 0;
+    if (fd >= 0) close(fd);
+    return ok ? 0 : set_error("%s: cannot sync the directory: %s", dir, strerror(errno));
+}
+
+static int write_checkpoint(const config *c, recorder *r, int fp8, const char *out_dir, const volatile sig_atomic_t *cancel) {
     struct stat st;
     if (stat(out_dir, &st) == 0) return set_error("%s: already exists (convert never overwrites)", out_dir);
-    char tmp[1100];
+    char tmp[1100], parent[1100];
     snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", out_dir);
     if (!mkdtemp(tmp)) return set_error("%s: cannot create a temporary directory: %s", out_dir, strerror(errno));
     out_list o = {0};
     int nshards = c->n_engram ? 3 : 2, rc = plan(c, r, fp8, &o);
     char files[3][64];
     for (int s = 0; s < nshards; s++) snprintf(files[s], sizeof files[s], "model-%05d-of-%05d.safetensors", s + 1, nshards);
-    for (int s = 0; rc == 0 && s < nshards; s++) rc = write_shard(tmp, files[s], &o, s);
+    if (rc == 0) rc = write_shards(tmp, r, &o, fp8, nshards, files, cancel);
     text t = {0};
-    char path[1300];
     if (rc == 0) {
         size_t total = 0;
         for (size_t i = 0; i < o.n; i++) total += o.t[i].nbytes;
         put(&t, "{\n  \"metadata\": {\"total_size\": %zu},\n  \"weight_map\": {", total);
         for (size_t i = 0; i < o.n; i++) put(&t, "%s\n    \"%s\": \"%s\"", i ? "," : "", o.t[i].name, files[o.t[i].shard]);
         put(&t, "\n  }\n}\n");
-        snprintf(path, sizeof path, "%s/model.safetensors.index.json", tmp);
-        rc = write_file(path, t.s, t.n, NULL, 0);
+        rc = write_text(tmp, "model.safetensors.index.json", &t);
         t.n = 0;
     }
     if (rc == 0) {
         config_json(c, fp8, &t);
-        snprintf(path, sizeof path, "%s/config.json", tmp);
-        rc = write_file(path, t.s, t.n, NULL, 0);
+        rc = write_text(tmp, "config.json", &t);
         t.n = 0;
     }
     if (rc == 0 && c->n_engram) {
         put(&t, "[");
         for (int32_t i = 0; i < c->vocab_size; i++) put(&t, "%s%lld", i ? "," : "", (long long)c->engram_token_map[i]);
         put(&t, "]\n");
-        snprintf(path, sizeof path, "%s/engram_token_map.json", tmp);
-        rc = write_file(path, t.s, t.n, NULL, 0);
+        rc = write_text(tmp, "engram_token_map.json", &t);
     }
+    if (rc == 0 && cancel && *cancel) rc = set_error("convert: cancelled");
+    if (rc == 0) rc = sync_dir(tmp);
     if (rc == 0 && rename(tmp, out_dir) != 0) rc = set_error("%s: cannot rename into place: %s", out_dir, strerror(errno));
     if (rc) remove_tree(tmp);
+    snprintf(parent, sizeof parent, "%s", out_dir);
+    if (rc == 0) rc = sync_dir(dirname(parent));
     free(t.s);
-    for (size_t i = 0; i < o.n_bufs; i++) free(o.bufs[i]);
-    free(o.bufs);
     free(o.t);
     return rc;
 }
 
 /* Builds the model of c through a recorder over inner and writes what was recorded. */
-static int convert(config *c, weight_source *inner, const char *dtype, const char *out_dir) {
+static int convert(config *c, weight_source *inner, const char *dtype, const char *out_dir, const volatile sig_atomic_t *cancel) {
     int fp8 = !strcmp(dtype, "fp8");
     if (!fp8 && strcmp(dtype, "bf16")) { config_free(c); return set_error("convert: --dtype must be bf16 or fp8, not '%s'", dtype); }
-    recorder r = {{record_load}, inner, NULL, 0, 0};
+    recorder r = {.base = {record_load}, .inner = inner};
     dsv41_model *m = model_build(c, &r.base);
-    int rc = m ? write_checkpoint(&m->cfg, &r, fp8, out_dir) : -1;
+    int rc = m ? write_checkpoint(&m->cfg, &r, fp8, out_dir, cancel) : -1;
     if (!m) config_free(c);
     dsv41_model_free(m);
+    arena_clear(&r.arena);
+    free(r.arena.owned);
     free(r.recs);
     return rc;
 }
 
-int dsv41_convert_golden(const dsv41_golden *g, const char *dtype, const char *out_dir) {
+int dsv41_convert_golden(const dsv41_golden *g, const char *dtype, const char *out_dir, const volatile sig_atomic_t *cancel) {
     const json *root = golden_root(g);
     config c;
     if (config_from_fixture(&c, json_get(root, "fixture"))) return -1;
     weight_source *meta = meta_source_new(json_get(root, "weights_meta"));
     if (!meta) { config_free(&c); return -1; }
-    int rc = convert(&c, meta, dtype, out_dir);
+    int rc = convert(&c, meta, dtype, out_dir, cancel);
     meta_source_free(meta);
     return rc;
 }
 
-int dsv41_synth(const char *config_path, const char *dtype, const char *out_dir) {
+int dsv41_synth(const char *config_path, const char *dtype, const char *out_dir, const volatile sig_atomic_t *cancel) {
     char err[512];
     json *j = json_load_file(config_path, err, sizeof err);
     if (!j) return set_error("%s", err);
@@ -404,7 +471,7 @@ int dsv41_synth(const char *config_path, const char *dtype, const char *out_dir)
     }
     weight_source *rule = rule_source_new(&c);
     if (!rule) { config_free(&c); return -1; }
-    rc = convert(&c, rule, dtype, out_dir);
+    rc = convert(&c, rule, dtype, out_dir, cancel);
     free(rule);
     return rc;
 }

@@ -102,17 +102,24 @@ static uint32_t utf8_decode(const unsigned char *p, int len) {
     return cp;
 }
 
-/* 0 when all n bytes are valid UTF-8; else -1 with an error naming the first bad offset. */
-static int check_utf8(const unsigned char *p, size_t n) {
+size_t utf8_invalid_at(const char *text, size_t n, const char **why) {
+    const unsigned char *p = (const unsigned char *)text;
     for (size_t i = 0; i < n;) {
         size_t bad;
         int l = utf8_char(p + i, n - i, &bad);
         if (l) { i += (size_t)l; continue; }
-        if (p[i] == 0xED && i + 1 < n && p[i + 1] >= 0xA0 && p[i + 1] <= 0xBF)
-            return set_error("tokenize: invalid UTF-8 at byte offset %zu (a UTF-16 surrogate written as UTF-8)", i);
-        return set_error("tokenize: invalid UTF-8 at byte offset %zu%s", i, bad ? "" : " (truncated character)");
+        if (p[i] == 0xED && i + 1 < n && p[i + 1] >= 0xA0 && p[i + 1] <= 0xBF) *why = " (a UTF-16 surrogate written as UTF-8)";
+        else *why = bad ? "" : " (truncated character)";
+        return i;
     }
-    return 0;
+    return n;
+}
+
+/* 0 when all n bytes are valid UTF-8; else -1 with an error naming the first bad offset. */
+static int check_utf8(const unsigned char *p, size_t n) {
+    const char *why;
+    size_t at = utf8_invalid_at((const char *)p, n, &why);
+    return at == n ? 0 : set_error("tokenize: invalid UTF-8 at byte offset %zu%s", at, why);
 }
 
 /* ---- hash table of 64-bit keys (open addressing, linear probing) */

@@ -40,7 +40,10 @@ def wait_for(token, t=20):
     return out
 first = wait_for(b"> ")
 os.write(fd, b"hello there\r")
-time.sleep(0.3)
+echo = wait_for(b"hello there\r\n")  # the terminal's echo of the line, then the reply starts
+streamed, end = b"", time.time() + 20
+while not streamed.strip(b" \r\n") and time.time() < end:
+    streamed += read_for(0.05)
 os.write(fd, b"\x03")                # Ctrl-C while the reply streams
 after = wait_for(b"> ")              # the prompt comes back: the program lives
 os.write(fd, b"/quit\r")
