@@ -1,5 +1,6 @@
 /* main.c - the dsv41 command-line program. It uses only the public header. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,9 +183,11 @@ static int cmd_run(int argc, char **argv) {
             n_ids = parse_ids(argv[++i], ids, 4096);
             if (n_ids <= 0) return fail("run: --ids wants comma-separated non-negative integers");
         } else if (!strcmp(argv[i], "-n") && i + 1 < argc) {
-            char *end;
-            n_new = strtol(argv[++i], &end, 10);
-            if (*end || n_new < 0) return fail("run: -n wants a non-negative integer");
+            char *end, *v = argv[++i];
+            errno = 0;
+            n_new = strtol(v, &end, 10);
+            if (end == v || *end || errno || n_new < 0 || n_new > INT32_MAX) /* the context check adds it to ints */
+                return fail("run: -n wants an integer from 0 to 2147483647");
         } else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
             int32_t t = parse_threads(argv[++i]);
             if (!t || dsv41_set_threads(t)) return 2;

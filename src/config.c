@@ -65,11 +65,19 @@ static const json *lookup(const cfg_src *src, const char *key) {
     return v;
 }
 
+/* The key as the file spells it, for messages: the served name when the value came from one. */
+static const char *spelled(const cfg_src *src, const char *key) {
+    if (src->text && !json_get(src->text, key))
+        for (size_t i = 0; i < sizeof ALIASES / sizeof *ALIASES; i++)
+            if (!strcmp(key, ALIASES[i].key) && json_get(src->text, ALIASES[i].served)) return ALIASES[i].served;
+    return key;
+}
+
 static const json *need(const cfg_src *o, const char *key, json_type t) {
     const json *v = lookup(o, key);
     if (!v) { set_error("config: missing key '%s'", key); return NULL; }
     if (v->type != t && !(t == JSON_NUM && v->type == JSON_BOOL)) {
-        set_error("config: key '%s' has the wrong type", key);
+        set_error("config: key '%s' has the wrong type", spelled(o, key));
         return NULL;
     }
     return v;
@@ -79,7 +87,7 @@ static int get_int(const cfg_src *o, const char *key, int32_t lo, int32_t hi, in
     const json *v = need(o, key, JSON_NUM);
     if (!v) return -1;
     if (!v->is_int || json_i64(v) < lo || json_i64(v) > hi)
-        return set_error("config: '%s' must be an integer in [%d, %d]", key, lo, hi);
+        return set_error("config: '%s' must be an integer in [%d, %d]", spelled(o, key), lo, hi);
     *out = (int32_t)json_i64(v);
     return 0;
 }
@@ -87,7 +95,8 @@ static int get_int(const cfg_src *o, const char *key, int32_t lo, int32_t hi, in
 static int get_float(const cfg_src *o, const char *key, float *out) {
     const json *v = need(o, key, JSON_NUM);
     if (!v) return -1;
-    if (!isfinite(v->num) || !isfinite((float)v->num)) return set_error("config: '%s' must be a finite number", key);
+    if (!isfinite(v->num) || !isfinite((float)v->num))
+        return set_error("config: '%s' must be a finite number", spelled(o, key));
     *out = (float)v->num;
     return 0;
 }
@@ -100,7 +109,8 @@ static int get_int_list(const cfg_src *o, const char *key, int64_t lo, int64_t h
     for (size_t i = 0; i < v->len; i++) {
         const json *e = &v->items[i];
         if (e->type != JSON_NUM || !e->is_int || json_i64(e) < lo || json_i64(e) > hi)
-            return set_error("config: '%s'[%zu] must be an integer in [%lld, %lld]", key, i, (long long)lo, (long long)hi);
+            return set_error("config: '%s'[%zu] must be an integer in [%lld, %lld]", spelled(o, key), i, (long long)lo,
+                             (long long)hi);
         out[i] = json_i64(e);
     }
     return (int)v->len;
@@ -231,7 +241,7 @@ static int read_roles(config *c, const cfg_src *fx) {
     const json *cs = lookup(fx, "candidate_source_layer");
     int64_t csl = -1;
     if (cs && cs->type != JSON_NULL && json_int(cs, -1, c->n_layers - 1, &csl))
-        return set_error("config: candidate_source_layer must be -1 or a layer id in [0, %d)", c->n_layers);
+        return set_error("config: %s must be -1 or a layer id in [0, %d)", spelled(fx, "candidate_source_layer"), c->n_layers);
     c->candidate_source_layer = (int32_t)csl;
     if (csl >= 0 && !c->is_index_source[csl]) return set_error("config: candidate_source_layer must be an index source");
     return 0;

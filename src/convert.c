@@ -37,6 +37,7 @@ typedef struct {
     weight_source base;
     weight_source *inner;
     dsv41_model arena;       /* owns the tensor inner answered last */
+    const volatile sig_atomic_t *cancel; /* polled before each tensor, or NULL */
     record *recs;
     size_t n, cap;
 } recorder;
@@ -49,6 +50,7 @@ static void arena_clear(dsv41_model *a) {
 static int record_load(weight_source *src, dsv41_model *m, const char *name, int32_t ndim, const int64_t *shape, weight *w) {
     (void)m;
     recorder *r = (recorder *)src;
+    if (r->cancel && *r->cancel) return set_error("convert: cancelled");
     arena_clear(&r->arena);
     if (r->inner->load(r->inner, &r->arena, name, ndim, shape, w)) return -1;
     if (r->n == r->cap) {
@@ -269,12 +271,11 @@ static int write_header(FILE *f, const char *path, const out_list *o, int32_t sh
 
 /* Every tensor's bytes into its shard, in the plan's order: each record's tensor is asked of
  * the source again, quantized when the plan says so, written and dropped. */
-static int write_tensors(recorder *r, const out_list *o, int fp8, FILE **f, char (*paths)[1400],
-                         const volatile sig_atomic_t *cancel) {
+static int write_tensors(recorder *r, const out_list *o, int fp8, FILE **f, char (*paths)[1400]) {
     int rc = 0;
     for (size_t i = 0, k = 0; rc == 0 && i < r->n; i++) {
         const record *rec = &r->recs[i];
-        if (cancel && *cancel) return set_error("convert: cancelled");
+        if (r->cancel && *r->cancel) return set_error("convert: cancelled");
         weight w;
         arena_clear(&r->arena);
         if (r->inner->load(r->inner, &r->arena, rec->name, rec->ndim, rec->shape, &w)) return -1;
@@ -298,8 +299,7 @@ static int write_tensors(recorder *r, const out_list *o, int fp8, FILE **f, char
     return rc;
 }
 
-static int write_shards(const char *dir, recorder *r, const out_list *o, int fp8, int nshards, char (*files)[64],
-                        const volatile sig_atomic_t *cancel) {
+static int write_shards(const char *dir, recorder *r, const out_list *o, int fp8, int nshards, char (*files)[64]) {
     FILE *f[3] = {NULL, NULL, NULL};
     char paths[3][1400];
     int rc = 0;
@@ -308,7 +308,7 @@ static int write_shards(const char *dir, recorder *r, const out_list *o, int fp8
         if (!(f[s] = fopen(paths[s], "wb"))) rc = set_error("%s: cannot create: %s", paths[s], strerror(errno));
         else rc = write_header(f[s], paths[s], o, s);
     }
-    if (rc == 0) rc = write_tensors(r, o, fp8, f, paths, cancel);
+    if (rc == 0) rc = write_tensors(r, o, fp8, f, paths);
     for (int s = 0; s < nshards; s++)
         if (f[s] && close_synced(f[s], paths[s], rc == 0) && rc == 0) rc = -1;
     return rc;
@@ -388,7 +388,7 @@ static int sync_dir(const char *dir) {
     return ok ? 0 : set_error("%s: cannot sync the directory: %s", dir, strerror(errno));
 }
 
-static int write_checkpoint(const config *c, recorder *r, int fp8, const char *out_dir, const volatile sig_atomic_t *cancel) {
+static int write_checkpoint(const config *c, recorder *r, int fp8, const char *out_dir) {
     struct stat st;
     if (stat(out_dir, &st) == 0) return set_error("%s: already exists (convert never overwrites)", out_dir);
     char tmp[1100], parent[1100];
@@ -398,7 +398,7 @@ static int write_checkpoint(const config *c, recorder *r, int fp8, const char *o
     int nshards = c->n_engram ? 3 : 2, rc = plan(c, r, fp8, &o);
     char files[3][64];
     for (int s = 0; s < nshards; s++) snprintf(files[s], sizeof files[s], "model-%05d-of-%05d.safetensors", s + 1, nshards);
-    if (rc == 0) rc = write_shards(tmp, r, &o, fp8, nshards, files, cancel);
+    if (rc == 0) rc = write_shards(tmp, r, &o, fp8, nshards, files);
     text t = {0};
     if (rc == 0) {
         size_t total = 0;
@@ -420,7 +420,7 @@ static int write_checkpoint(const config *c, recorder *r, int fp8, const char *o
         put(&t, "]\n");
         rc = write_text(tmp, "engram_token_map.json", &t);
     }
-    if (rc == 0 && cancel && *cancel) rc = set_error("convert: cancelled");
+    if (rc == 0 && r->cancel && *r->cancel) rc = set_error("convert: cancelled");
     if (rc == 0) rc = sync_dir(tmp);
     if (rc == 0 && rename(tmp, out_dir) != 0) rc = set_error("%s: cannot rename into place: %s", out_dir, strerror(errno));
     if (rc) remove_tree(tmp);
@@ -435,9 +435,9 @@ static int write_checkpoint(const config *c, recorder *r, int fp8, const char *o
 static int convert(config *c, weight_source *inner, const char *dtype, const char *out_dir, const volatile sig_atomic_t *cancel) {
     int fp8 = !strcmp(dtype, "fp8");
     if (!fp8 && strcmp(dtype, "bf16")) { config_free(c); return set_error("convert: --dtype must be bf16 or fp8, not '%s'", dtype); }
-    recorder r = {.base = {record_load}, .inner = inner};
+    recorder r = {.base = {record_load}, .inner = inner, .cancel = cancel};
     dsv41_model *m = model_build(c, &r.base);
-    int rc = m ? write_checkpoint(&m->cfg, &r, fp8, out_dir, cancel) : -1;
+    int rc = m ? write_checkpoint(&m->cfg, &r, fp8, out_dir) : -1;
     if (!m) config_free(c);
     dsv41_model_free(m);
     arena_clear(&r.arena);
