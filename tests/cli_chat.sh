@@ -64,6 +64,23 @@ mkdir -p "$tmp/notok" && cp "$tmp/m"/*.json "$tmp/m"/*.safetensors "$tmp/notok/"
 expect_error "run with tokenizer.json missing" ./dsv41 run -m "$tmp/notok" -p "hi"
 expect_error "a prompt longer than the context" ./dsv41 run -m "$tmp/m" -p "$(python3 -c 'print("word " * 3000)')"
 expect_error "invalid UTF-8 in the prompt" ./dsv41 run -m "$tmp/m" -p "$(printf 'bad \377 byte')"
+grep -q -- "-p text: .*byte offset 4" "$tmp/err" && ok || bad "the offset is the user's text's: $(cat "$tmp/err")"
+expect_error "a --think value with a quote" ./dsv41 run -m "$tmp/m" -p "hi" --think 'lo"w'
+grep -q reasoning_effort "$tmp/err" && ok || bad "--think is escaped, then refused by name: $(cat "$tmp/err")"
+
+# a piped line of 30000 bytes is one turn (one context error), not four of 8191 bytes
+python3 -c 'print("word " * 6000)' | ./dsv41 chat -m "$tmp/m" -n 4 --temp 0 >/dev/null 2>"$tmp/err"
+[ "$(grep -c 'would need' "$tmp/err")" -eq 1 ] && ok || bad "a long piped line: $(cat "$tmp/err")"
+
+# Ctrl-C while a reply streams (seed 2 samples 654 tokens before EOS): the reply stops and run
+# exits 130 (128 + SIGINT)
+./dsv41 run -m "$tmp/m" -p "hello" -n 2000 --temp 1 --seed 2 >"$tmp/int_out" 2>"$tmp/int_err" &
+pid=$!
+i=0
+while [ $i -lt 300 ] && [ ! -s "$tmp/int_out" ] && kill -0 $pid 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
+kill -INT $pid
+wait $pid; rc=$?
+[ $rc -eq 130 ] && grep -q interrupted "$tmp/int_err" && ok || bad "an interrupted run: rc=$rc, $(cat "$tmp/int_err")"
 expect_error "a bad temperature" ./dsv41 run -m "$tmp/m" -p "hi" --temp -1
 
 finish

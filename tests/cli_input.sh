@@ -158,11 +158,15 @@ expect_named "render: a raw invalid byte" "messages[1].content: invalid UTF-8 at
 chat tool_nul '{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f\u0000", "parameters": {}}}]}'
 expect_named "render: a NUL anywhere in the case" "tools[0].function.name" ./dsv41 render --chat "$tmp/tool_nul.chat.json"
 
-# ---- convert / synth stopped by a signal leave no temporary directory and exit 128 + signal
+# ---- convert / synth stopped by a signal while writing: no temporary directory is left, and
+# the exit status is 128 + the signal. The model is bench/mini.json with 6 experts, so that
+# writing lasts long enough to be caught in the act.
+python3 -c 'import json, sys; c = json.load(open("bench/mini.json")); c["n_routed_experts"] = 6; json.dump(c, open(sys.argv[1], "w"))' "$tmp/mid.json"
 for sig in TERM INT; do
-    ./dsv41 synth --config bench/mini.json --dtype fp8 -o "$tmp/sig_$sig" 2>"$tmp/sig_err" &
+    ./dsv41 synth --config "$tmp/mid.json" --dtype fp8 -o "$tmp/sig_$sig" 2>"$tmp/sig_err" &
     pid=$!
-    sleep 1
+    i=0
+    while [ $i -lt 600 ] && ! ls "$tmp" | grep -q "sig_$sig.tmp-" && kill -0 $pid 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
     kill -$sig $pid
     wait $pid; rc=$?
     want=$([ $sig = TERM ] && echo 143 || echo 130)
