@@ -55,7 +55,36 @@ test: dsv41 $(TESTS)
 test-mpi: dsv41 dsv41-mpi
 	tests/mpi.sh
 
+# ---- fuzzing: libFuzzer harnesses (tests/fuzz/fuzz_*.c) over the library built with clang,
+# ASan and UBSan. `make fuzz-smoke` runs each for 25 s from seeds made of the shared data (CI);
+# `tests/fuzz/run.sh SECONDS [HARNESS...]` runs them for as long as wanted (README).
+FUZZ_CC      = clang
+FUZZ_CFLAGS  = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -ffp-contract=off -Iinclude -Isrc -g -O1 \
+               -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_LIB_OBJ = $(LIB_SRC:src/%.c=build/fuzz/%.o) build/fuzz/tiny_model.o
+FUZZ_TARGETS = $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+
+build/fuzz/%.o: src/%.c $(wildcard src/*.h) include/dsv41.h | build/fuzz
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+build/fuzz/tiny_model.o: build/tiny_model.c | build/fuzz
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+
+build/fuzz/libdsv41.a: $(FUZZ_LIB_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h build/fuzz/libdsv41.a
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< build/fuzz/libdsv41.a $(LDLIBS) -o $@
+
+build/fuzz:
+	mkdir -p build/fuzz
+
+fuzz: $(FUZZ_TARGETS)
+
+fuzz-smoke: dsv41 fuzz
+	tests/fuzz/run.sh 25
+
 clean:
 	rm -rf build dsv41 dsv41-mpi
 
-.PHONY: all test test-mpi clean
+.PHONY: all test test-mpi clean fuzz fuzz-smoke

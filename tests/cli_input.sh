@@ -24,38 +24,27 @@ exec(sys.argv[3])
 json.dump(g, open(sys.argv[2], "w"))
 PY
 }
-gold vocab_1e30 'g["fixture"]["vocab_size"] = 1e30'
-expect_named "golden: vocab_size 1e30" vocab_size ./dsv41 check "$tmp/vocab_1e30.json"
-gold vocab_nan 'g["fixture"]["vocab_size"] = float("nan")'
-expect_named "golden: vocab_size NaN" vocab_size ./dsv41 check "$tmp/vocab_nan.json"
-gold eps_nan 'g["fixture"]["norm_eps"] = float("nan")'
-expect_named "golden: norm_eps NaN" norm_eps ./dsv41 check "$tmp/eps_nan.json"
-gold id_wrap 'g["prefill12"]["input_ids"]["data"][0] = 2**32 + 2'
-expect_named "golden: an id of 2^32+2 (not truncated to 2)" input_ids ./dsv41 check "$tmp/id_wrap.json"
-gold id_float 'g["prefill12"]["input_ids"]["data"][0] = 2.5'
-expect_named "golden: a float id" input_ids ./dsv41 check "$tmp/id_float.json"
-gold len_float 'g["prefill12"]["input_ids"]["shape"][1] = 12.5'
-expect_named "golden: a float token count" input_ids ./dsv41 check "$tmp/len_float.json"
-gold len_huge 'g["prefill12"]["input_ids"]["shape"][1] = 2**62'
-expect_named "golden: batch x tokens past int64" input_ids ./dsv41 check "$tmp/len_huge.json"
-gold stride_huge 'g["decode12"]["L2.sa_q"]["stride"] = 2**63 - 1'
-expect_named "golden: count + stride past int64" L2.sa_q ./dsv41 check "$tmp/stride_huge.json"
-gold stride_1e300 'g["decode12"]["L2.sa_q"]["stride"] = 1e300'
-expect_named "golden: stride 1e300" stride ./dsv41 check "$tmp/stride_1e300.json"
-gold shape_float 'g["decode12"]["L2.sa_q"]["shape"][3] = 32.5'
-expect_named "golden: a float capture shape" L2.sa_q ./dsv41 check "$tmp/shape_float.json"
-gold batch_str 'g["fixture"]["batch"] = "1"'
-expect_named "golden: a malformed batch field is named" batch ./dsv41 check "$tmp/batch_str.json"
-gold cand_str 'g["fixture"]["candidate_source_layer"] = "4"'
-expect_named "golden: a malformed candidate_source_layer is named" candidate_source_layer ./dsv41 check "$tmp/cand_str.json"
-gold cand_neg 'g["fixture"]["candidate_source_layer"] = -3'
-expect_named "golden: a negative layer id" candidate_source_layer ./dsv41 check "$tmp/cand_neg.json"
-gold no_regimes 'g["fixture"]["regimes"] = []'
-expect_named "golden: nothing to check is a failure" "no captures" ./dsv41 check "$tmp/no_regimes.json"
-gold only_headers 'g = {"fixture": g["fixture"], "weights_meta": g["weights_meta"]}; g["fixture"].pop("regimes")'
-expect_named "golden: no regimes at all" "no captures" ./dsv41 check "$tmp/only_headers.json"
-gold meta_float 'g["weights_meta"]["layers.1.attn.wq_a.weight"]["shape"] = [16.0, 64.5]'
-expect_named "golden: a float weight shape" wq_a ./dsv41 check "$tmp/meta_float.json"
+# case|word the message must name|python statement on g
+while IFS='|' read -r case word stmt; do
+    c=${case%% *}; gold "$c" "$stmt" && expect_named "golden: $case" "$word" ./dsv41 check "$tmp/$c.json"
+done <<'EOF'
+vocab_1e30|vocab_size|g["fixture"]["vocab_size"] = 1e30
+vocab_nan|vocab_size|g["fixture"]["vocab_size"] = float("nan")
+eps_nan|norm_eps|g["fixture"]["norm_eps"] = float("nan")
+id_wrap (2^32+2, not truncated to 2)|input_ids|g["prefill12"]["input_ids"]["data"][0] = 2**32 + 2
+id_float|input_ids|g["prefill12"]["input_ids"]["data"][0] = 2.5
+len_float|input_ids|g["prefill12"]["input_ids"]["shape"][1] = 12.5
+len_huge (batch x tokens past int64)|input_ids|g["prefill12"]["input_ids"]["shape"][1] = 2**62
+stride_huge (count + stride past int64)|L2.sa_q|g["decode12"]["L2.sa_q"]["stride"] = 2**63 - 1
+stride_1e300|stride|g["decode12"]["L2.sa_q"]["stride"] = 1e300
+shape_float|L2.sa_q|g["decode12"]["L2.sa_q"]["shape"][3] = 32.5
+batch_str (a malformed field is named)|batch|g["fixture"]["batch"] = "1"
+cand_str (a malformed field is named)|candidate_source_layer|g["fixture"]["candidate_source_layer"] = "4"
+cand_neg (a negative layer id)|candidate_source_layer|g["fixture"]["candidate_source_layer"] = -3
+no_regimes (nothing to check is a failure)|no captures|g["fixture"]["regimes"] = []
+only_headers|no captures|g = {"fixture": g["fixture"], "weights_meta": g["weights_meta"]}; g["fixture"].pop("regimes")
+meta_float|wq_a|g["weights_meta"]["layers.1.attn.wq_a.weight"]["shape"] = [16.0, 64.5]
+EOF
 
 # ---- configs: models/tiny.json with one field changed, through synth
 conf() { # $1 case, $2 python statement on c
