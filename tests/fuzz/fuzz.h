@@ -14,7 +14,7 @@
 
 /* A folder of this process's own, made once (in /dev/shm when there is one: the harnesses
  * write a file per input). */
-static const char *fuzz_dir(void) {
+static inline const char *fuzz_dir(void) {
     static char dir[64];
     if (!dir[0]) {
         snprintf(dir, sizeof dir, "%s/dsv41-fuzz-XXXXXX", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
@@ -24,7 +24,7 @@ static const char *fuzz_dir(void) {
 }
 
 /* Writes n bytes to dir/name (dir: fuzz_dir()), or removes it when n is SIZE_MAX. Returns the path. */
-static const char *fuzz_file(const char *name, const uint8_t *p, size_t n) {
+static inline const char *fuzz_file(const char *name, const uint8_t *p, size_t n) {
     static char path[256];
     snprintf(path, sizeof path, "%s/%s", fuzz_dir(), name);
     unlink(path);
