@@ -15,6 +15,10 @@ all: dsv41
 build/%.o: src/%.c $(wildcard src/*.h) include/dsv41.h | build
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# the sampler's exp loop vectorizes only with the full vectorizer and no FP-trap ordering
+# (neither changes a result: no fast-math, no contraction)
+build/sampler.o: CFLAGS += -O3 -fno-trapping-math
+
 build/embed: tools/embed.c | build
 	$(CC) $(CFLAGS) $< -o $@
 
@@ -27,8 +31,17 @@ build/tiny_model.o: build/tiny_model.c
 build/libdsv41.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-dsv41: $(wildcard cli/*.c cli/*.h) build/libdsv41.a
-	$(CC) $(CFLAGS) $(wildcard cli/*.c) build/libdsv41.a $(LDLIBS) $(CLI_LDLIBS) -o $@
+# ---- the HTTP server (`dsv41 serve`): its own folder, linked into the program only; the chat
+# page's files (server/ui/NAME.EXT) are embedded as the arrays ui_NAME_EXT
+SERVER_SRC    = $(wildcard server/*.c)
+SERVER_UI     = $(patsubst server/ui/%,build/ui_%.c,$(wildcard server/ui/*))
+SERVER_LDLIBS = -lmicrohttpd
+
+build/ui_%.c: server/ui/% build/embed
+	build/embed $< ui_$(subst .,_,$*) > $@.tmp && mv $@.tmp $@
+
+dsv41: $(wildcard cli/*.c cli/*.h) $(SERVER_SRC) $(SERVER_UI) $(wildcard server/*.h) build/libdsv41.a
+	$(CC) $(CFLAGS) -Icli $(wildcard cli/*.c) $(SERVER_SRC) $(SERVER_UI) build/libdsv41.a $(LDLIBS) $(CLI_LDLIBS) $(SERVER_LDLIBS) -o $@
 
 # dsv41-mpi: the same program with the model split across MPI ranks (`make dsv41-mpi`, needs
 # mpicc). mpi/main.c starts MPI and runs the command line on rank 0, so the CLI's main is
@@ -39,8 +52,9 @@ CLI_SRC = $(wildcard cli/*.c)
 build/mpi_cli_%.o: cli/%.c $(wildcard cli/*.h) include/dsv41.h | build
 	$(CC) $(CFLAGS) -Dmain=dsv41_cli_main -c $< -o $@
 
-dsv41-mpi: mpi/main.c $(CLI_SRC:cli/%.c=build/mpi_cli_%.o) build/libdsv41.a
-	$(MPICC) $(CFLAGS) mpi/main.c $(CLI_SRC:cli/%.c=build/mpi_cli_%.o) build/libdsv41.a $(LDLIBS) $(CLI_LDLIBS) -o $@
+dsv41-mpi: mpi/main.c $(CLI_SRC:cli/%.c=build/mpi_cli_%.o) $(SERVER_SRC) $(SERVER_UI) $(wildcard server/*.h) build/libdsv41.a
+	$(MPICC) $(CFLAGS) -Icli mpi/main.c $(CLI_SRC:cli/%.c=build/mpi_cli_%.o) $(SERVER_SRC) $(SERVER_UI) build/libdsv41.a \
+		$(LDLIBS) $(CLI_LDLIBS) $(SERVER_LDLIBS) -o $@
 
 build/test_%: tests/test_%.c tests/testing.h build/libdsv41.a
 	$(CC) $(CFLAGS) $< build/libdsv41.a $(LDLIBS) -o $@

@@ -237,7 +237,8 @@ static int reply(chat_state *c, const gen_opts *o) {
         fflush(stdout);
         if (stop) break;
     }
-    if (!ended && len > printed) fwrite(text + printed, 1, len - printed, stdout);
+    if (len > printed) fwrite(text + printed, 1, len - printed, stdout); /* what could have begun a stop string */
+    if (st.n > 0) fputs("\xEF\xBF\xBD", stdout); /* a character the reply cut */
     printf("\n");
     fflush(stdout);
     c->gen_s += now_s() - t0;

@@ -11,6 +11,8 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_render(int argc, char **argv);
 int cmd_run_text(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
+/* server/serve.c */
+int cmd_serve(int argc, char **argv);
 
 /* Signals (signals.c): the last one caught, 0 while none was */
 extern volatile sig_atomic_t cli_signal;

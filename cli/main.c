@@ -21,10 +21,14 @@ static int usage(void) {
             "      [--think low|high|max|N] [--system TEXT] [--stop STR] [-t THREADS]\n"
             "                              answer one user message, streaming the reply\n"
             "  chat -m DIR [the same options]   an interactive conversation (/reset, /quit; Ctrl-C stops a reply)\n"
+            "  serve -m DIR [--host 127.0.0.1] [--port 8080] [-np N] [-c CTX] [-t N] [--api-key KEY] [--timeout S] [--queue N]\n"
+            "                              an OpenAI-compatible HTTP server (chat, completions, streaming, tool calls)\n"
             "  convert --golden GOLDEN.json --dtype bf16|fp8 -o DIR\n"
             "                              write the golden's model as a checkpoint in the release layout\n"
             "  synth --config FILE -o DIR [--dtype bf16|fp8]\n"
             "                              write a checkpoint of any geometry with filler weights\n"
+            "  synth --skeleton --config RELEASE_CONFIG.json -o DIR\n"
+            "                              the release checkpoint's full layout with every data region a hole (no disk)\n"
             "  inspect DIR                 config, layer roles, tensor bytes per dtype, bytes read per decoded token\n"
             "  tokenize --tokenizer FILE [--added ADDED.json] [--special] TEXT\n"
             "                              print the token ids of TEXT as a JSON array\n"
@@ -96,21 +100,28 @@ static int cmd_convert(int argc, char **argv) {
     return cli_signal ? 128 + cli_signal : rc ? fail(dsv41_error()) : 0;
 }
 
+/* The release checkpoint has 48 shards; a skeleton is sharded the same way. */
+enum { RELEASE_SHARDS = 48 };
+
 static int cmd_synth(int argc, char **argv) {
-    const char *cfg = NULL, *dtype = "bf16", *out = NULL;
-    int i = 0;
-    for (; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--config")) cfg = argv[i + 1];
-        else if (!strcmp(argv[i], "--dtype")) dtype = argv[i + 1];
-        else if (!strcmp(argv[i], "-o")) out = argv[i + 1];
+    const char *cfg = NULL, *dtype = NULL, *out = NULL;
+    int skeleton = 0, i = 0;
+    for (; i < argc; i++) {
+        if (!strcmp(argv[i], "--skeleton")) skeleton = 1;
+        else if (i + 1 == argc) break;
+        else if (!strcmp(argv[i], "--config")) cfg = argv[++i];
+        else if (!strcmp(argv[i], "--dtype")) dtype = argv[++i];
+        else if (!strcmp(argv[i], "-o")) out = argv[++i];
         else break;
     }
-    if (!cfg || !out || i != argc) {
-        fprintf(stderr, "usage: dsv41 synth --config FILE -o DIR [--dtype bf16|fp8]\n");
+    if (!cfg || !out || i != argc || (skeleton && dtype)) {
+        fprintf(stderr, "usage: dsv41 synth --config FILE -o DIR [--dtype bf16|fp8]\n"
+                        "       dsv41 synth --skeleton --config RELEASE_CONFIG.json -o DIR\n");
         return 2;
     }
     cli_catch_signals(1);
-    int rc = dsv41_synth(cfg, dtype, out, &cli_signal);
+    int rc = skeleton ? dsv41_synth_skeleton(cfg, RELEASE_SHARDS, out)
+                      : dsv41_synth(cfg, dtype ? dtype : "bf16", out, &cli_signal);
     return cli_signal ? 128 + cli_signal : rc ? fail(dsv41_error()) : 0;
 }
 
@@ -240,6 +251,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "synth")) return cmd_synth(argc - 2, argv + 2);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(argv[1], "chat")) return cmd_chat(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "serve")) return cmd_serve(argc - 2, argv + 2);
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) { usage(); return 0; }
     fprintf(stderr, "dsv41: unknown command '%s' (dsv41 --help lists them)\n", argv[1]);
     return 2;

@@ -8,6 +8,7 @@
 #define DSV41_H
 
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -36,8 +37,9 @@ dsv41_model *dsv41_model_from_golden(const dsv41_golden *g);
  * layers. Tensors are memory-mapped and used in place. */
 dsv41_model *dsv41_model_load(const char *dir);
 void dsv41_model_free(dsv41_model *m);
-/* Prints the config, the layer roles, tensor counts and bytes per storage dtype, and the bytes
- * of weights one decoded token reads. */
+/* Prints the config, the layer roles, tensor counts and bytes per storage dtype, a loaded
+ * checkpoint's tensor, shard and byte counts (and how many tensors the text pass leaves unread),
+ * and the bytes of weights one decoded token reads. */
 void dsv41_model_describe(const dsv41_model *m, FILE *out);
 int32_t dsv41_model_vocab_size(const dsv41_model *m);
 int32_t dsv41_model_max_seq_len(const dsv41_model *m);
@@ -132,6 +134,12 @@ int dsv41_convert_golden(const dsv41_golden *g, const char *dtype, const char *o
  * in the release formats, as dsv41_convert_golden does. config_path is a fixture-shaped JSON
  * config such as models/tiny.json. */
 int dsv41_synth(const char *config_path, const char *dtype, const char *out_dir, const volatile sig_atomic_t *cancel);
+/* Writes the layout of the release checkpoint that config_path (a release config.json, served or
+ * flat form, copied verbatim) describes: every tensor with its real name, dtype and shape, in
+ * n_shards shards with the Engram tables last, and every data region a hole of a sparse file
+ * (nothing is written there, so the weights read as zeros and take no disk). The Engram token
+ * map is a placeholder. Written under a temporary name and renamed, like dsv41_synth. */
+int dsv41_synth_skeleton(const char *config_path, int32_t n_shards, const char *out_dir);
 
 /* ---- tokenizer: byte-level BPE read from a Hugging Face tokenizer.json */
 typedef struct dsv41_tokenizer dsv41_tokenizer;
@@ -166,6 +174,47 @@ int64_t dsv41_detokenize(const dsv41_tokenizer *t, dsv41_utf8_stream *st, int32_
  * the schema of chat_vectors.json, to the prompt text. Returns a malloc'd NUL-terminated
  * string, or NULL with dsv41_error() for an invalid case. */
 char *dsv41_chat_render(const char *case_json, size_t len);
+
+/* A generated reply's parts, as byte offsets into its text: the reasoning text[0,
+ * reasoning_end) (thinking mode: the prompt ended with <think>), the answer text[content_start,
+ * content_end), and a DSML tool-call block from calls_start on (-1: none). Without
+ * DSV41_REPLY_FINAL the reply is still streaming: a tail that could grow into a marker (and,
+ * with tools, whitespace before a possible block) is left out of both parts, so that the parts
+ * of a longer text only ever extend those of a shorter one. */
+typedef struct {
+    int64_t reasoning_end;
+    int64_t content_start, content_end;
+    int64_t calls_start;
+} dsv41_reply_parts;
+enum { DSV41_REPLY_THINKING = 1, DSV41_REPLY_TOOLS = 2, DSV41_REPLY_FINAL = 4 };
+void dsv41_chat_reply_parts(const char *text, size_t len, int flags, dsv41_reply_parts *out);
+/* The calls of a tool-call block (text starting at calls_start) as a JSON array
+ * [{"name": N, "arguments": "JSON object text"}, ...], malloc'd; NULL with dsv41_error() when
+ * the block is malformed or holds no complete call. */
+char *dsv41_chat_reply_calls(const char *text, size_t len);
+
+/* ---- JSON reading (the library's own parser, for programs that take JSON requests) */
+typedef struct dsv41_json dsv41_json;
+typedef enum { DSV41_JSON_NULL, DSV41_JSON_BOOL, DSV41_JSON_NUM, DSV41_JSON_STR, DSV41_JSON_ARR, DSV41_JSON_OBJ } dsv41_json_type;
+/* Parses len bytes of JSON text (nesting depth is bounded); NULL with dsv41_error() naming the
+ * problem and its byte offset. Free the root with dsv41_json_free; nodes live as long as it. */
+dsv41_json *dsv41_json_parse(const char *text, size_t len);
+void dsv41_json_free(dsv41_json *root);
+/* The type of v; a NULL v (an absent member) reads as DSV41_JSON_NULL. */
+dsv41_json_type dsv41_json_type_of(const dsv41_json *v);
+/* Member key of an object (the first one of that name), or NULL (absent, or not an object). */
+const dsv41_json *dsv41_json_get(const dsv41_json *obj, const char *key);
+/* Item i of an array, or the value of member i of an object (its key: dsv41_json_key), or NULL. */
+const dsv41_json *dsv41_json_at(const dsv41_json *v, size_t i);
+/* Items of an array or members of an object; bytes of a string; 0 otherwise. */
+size_t dsv41_json_len(const dsv41_json *v);
+/* The key of member i of an object, or NULL. */
+const char *dsv41_json_key(const dsv41_json *obj, size_t i);
+/* A string's NUL-terminated UTF-8 (it may hold NULs: see dsv41_json_len), or NULL. */
+const char *dsv41_json_str(const dsv41_json *v);
+/* A number's value (a boolean as 0 or 1; 0 for other types). *is_int, when not NULL, says
+ * whether the literal was an integer that fits 64 bits. */
+double dsv41_json_num(const dsv41_json *v, int *is_int);
 
 #ifdef __cplusplus
 }

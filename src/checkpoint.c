@@ -13,13 +13,17 @@
 #include "dist.h"
 #include "safetensors.h"
 
-/* Parts of a release checkpoint that the text forward pass does not use. */
-static int ignored(const char *name) {
+/* Parts of a release checkpoint that the text forward pass does not use, accepted as they are:
+ * the DSpark draft blocks, the vision tower, its aligner and the image marker embeddings, and
+ * each backbone layer's gate bias for image-span tokens (V41_REFERENCE.md section 11). Anything
+ * else the config does not account for stays an error. */
+static int ignored(const config *c, const char *name) {
     static const char *prefixes[] = {"mtp.", "vision.", "aligner.", "image_"};
     for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
         if (!strncmp(name, prefixes[i], strlen(prefixes[i]))) return 1;
-    size_t n = strlen(name);
-    return n > 13 && !strcmp(name + n - 13, "gate.bias_vl");
+    int l, end = 0;
+    return sscanf(name, "layers.%d.ffn.gate.bias_vl%n", &l, &end) == 1 && end > 0 && !name[end] && l >= 0 &&
+           l < c->n_layers;
 }
 
 /* The token map from dir/tokenizer.json, normalized as engram.py does; its size must be the
@@ -96,8 +100,14 @@ dsv41_model *checkpoint_load(const char *dir) {
     }
     dsv41_model *m = model_build(&c, &src.base);
     const st_tensor *extra = NULL;
-    for (size_t i = 0; m && i < src.n; i++)
-        if (!src.tensors[i].used && !ignored(src.tensors[i].name)) extra = &src.tensors[i];
+    for (size_t i = 0; m && i < src.n; i++) {
+        const st_tensor *t = &src.tensors[i];
+        if (!t->used && !ignored(&c, t->name)) extra = t;
+        m->file.tensors++;
+        m->file.unread += !t->used;
+        m->file.bytes += (int64_t)t->nbytes;
+    }
+    if (m) m->file.shards = (int32_t)src.n_shards;
     if (extra) {
         set_error("%s: tensor '%s' is not used by the config's layer roles", src.shards[extra->shard].path, extra->name);
         dsv41_model_free(m); /* frees the token map c shares with it */

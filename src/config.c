@@ -101,6 +101,12 @@ static int get_float(const cfg_src *o, const char *key, float *out) {
     return 0;
 }
 
+/* A key only some configs have (the release's DSpark geometry): 0 when absent. */
+static int get_opt_int(const cfg_src *o, const char *key, int32_t *out) {
+    *out = 0;
+    return lookup(o, key) ? get_int(o, key, 0, 1 << 30, out) : 0;
+}
+
 /* An integer list of at most cap entries with values in [lo, hi]; returns its length or -1. */
 static int get_int_list(const cfg_src *o, const char *key, int64_t lo, int64_t hi, int64_t *out, int cap) {
     const json *v = need(o, key, JSON_ARR);
@@ -287,6 +293,11 @@ static int config_read(config *c, const cfg_src *fx) {
         return set_error("config: n_heads*head_dim must divide into o_groups");
     if (c->n_activated_experts > c->n_routed_experts)
         return set_error("config: n_activated_experts exceeds n_routed_experts");
+    const json *targets = lookup(fx, "dspark_target_layer_ids");
+    c->dspark_n_targets = targets && targets->type == JSON_ARR ? (int32_t)targets->len : 0;
+    if (get_opt_int(fx, "n_mtp_layers", &c->n_mtp_layers) || get_opt_int(fx, "dspark_n_routed_experts", &c->dspark_n_experts) ||
+        get_opt_int(fx, "dspark_markov_rank", &c->dspark_markov_rank))
+        return -1;
     return read_roles(c, fx) || read_engram_geometry(c, fx) ? -1 : 0;
 }
 

@@ -4,7 +4,12 @@
  * under the name and shape the loader will ask for, and a round trip through the loader is the
  * identity by construction. Dense bf16 matrices can be stored as the release stores them:
  * e4m3 with one e8m0 scale per 32x32 tile, routed experts as packed e2m1 with one e8m0 scale
- * per 32 inputs. Files go into a temporary directory that is renamed into place last. */
+ * per 32 inputs. Files go into a temporary directory that is renamed into place last.
+ *
+ * A skeleton is the release checkpoint's layout with no data: every tensor of the inventory
+ * (inventory.c) at its real shape and dtype, in shards as the release has them, each data region a
+ * hole of a sparse file. It costs a few megabytes of disk, reads as all-zero weights, and is
+ * otherwise the real thing to the loader: names, offsets, sizes, memory, time to first token. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +25,7 @@
 
 #include "filler.h"
 #include "golden.h"
+#include "inventory.h"
 #include "numerics.h"
 
 typedef struct {
@@ -80,7 +86,7 @@ typedef struct {
     int64_t shape[2];
     size_t nbytes;
     int32_t shard;
-    size_t rec;              /* the record it comes from: its weight, then its scale */
+    size_t rec;              /* the record it comes from: its weight, then its scale (none in a skeleton) */
 } out_tensor;
 
 typedef struct {
@@ -246,8 +252,8 @@ static int write_text(const char *dir, const char *file, const text *t) {
     return close_synced(f, path, fwrite(t->s, 1, t->n, f) == t->n);
 }
 
-/* The 8-byte length and the JSON header of one shard. */
-static int write_header(FILE *f, const char *path, const out_list *o, int32_t shard) {
+/* The 8-byte length and the JSON header of one shard; *end is the file's full length. */
+static int write_header(FILE *f, const char *path, const out_list *o, int32_t shard, off_t *end) {
     text h = {0};
     put(&h, "{\"__metadata__\":{\"format\":\"pt\"}");
     size_t off = 0;
@@ -263,6 +269,7 @@ static int write_header(FILE *f, const char *path, const out_list *o, int32_t sh
     while (h.n % 8) put(&h, " ");
     uint8_t len[8];
     for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)h.n >> (8 * i));
+    *end = (off_t)(8 + h.n + off);
     int rc = h.oom ? set_error("%s: out of memory", path)
              : fwrite(len, 1, 8, f) == 8 && fwrite(h.s, 1, h.n, f) == h.n ? 0 : set_error("%s: write failed", path);
     free(h.s);
@@ -299,18 +306,33 @@ static int write_tensors(recorder *r, const out_list *o, int fp8, FILE **f, char
     return rc;
 }
 
-static int write_shards(const char *dir, recorder *r, const out_list *o, int fp8, int nshards, char (*files)[64]) {
-    FILE *f[3] = {NULL, NULL, NULL};
-    char paths[3][1400];
-    int rc = 0;
-    for (int s = 0; rc == 0 && s < nshards; s++) {
-        snprintf(paths[s], sizeof paths[s], "%s/%s", dir, files[s]);
+static void shard_file(char *buf, size_t cap, int32_t s, int32_t nshards) {
+    snprintf(buf, cap, "model-%05d-of-%05d.safetensors", s + 1, nshards);
+}
+
+/* All shards are open at once because the records come in model order, not shard order. Without
+ * a recorder (a skeleton) nothing is written after the headers: each file is sized with
+ * ftruncate, so its data regions are holes and a 100 GB table costs no disk. */
+static int write_shards(const char *dir, recorder *r, const out_list *o, int fp8, int32_t nshards) {
+    FILE **f = calloc((size_t)nshards, sizeof *f);
+    char (*paths)[1400] = calloc((size_t)nshards, sizeof *paths);
+    off_t *end = calloc((size_t)nshards, sizeof *end);
+    int rc = f && paths && end ? 0 : set_error("out of memory");
+    for (int32_t s = 0; rc == 0 && s < nshards; s++) {
+        char file[64];
+        shard_file(file, sizeof file, s, nshards);
+        snprintf(paths[s], sizeof paths[s], "%s/%s", dir, file);
         if (!(f[s] = fopen(paths[s], "wb"))) rc = set_error("%s: cannot create: %s", paths[s], strerror(errno));
-        else rc = write_header(f[s], paths[s], o, s);
+        else rc = write_header(f[s], paths[s], o, s, &end[s]);
     }
-    if (rc == 0) rc = write_tensors(r, o, fp8, f, paths);
-    for (int s = 0; s < nshards; s++)
+    if (rc == 0 && r) rc = write_tensors(r, o, fp8, f, paths);
+    for (int32_t s = 0; rc == 0 && !r && s < nshards; s++)
+        if (fflush(f[s]) != 0 || ftruncate(fileno(f[s]), end[s]) != 0) rc = set_error("%s: write failed: %s", paths[s], strerror(errno));
+    for (int32_t s = 0; f && s < nshards; s++)
         if (f[s] && close_synced(f[s], paths[s], rc == 0) && rc == 0) rc = -1;
+    free(f);
+    free(paths);
+    free(end);
     return rc;
 }
 
@@ -322,7 +344,7 @@ static void put_list(text *t, const char *key, const int32_t *v, int n) {
 
 /* config.json in the served form: text_config under the HF names, quantization_config when fp8 */
 static void config_json(const config *c, int fp8, text *t) {
-    int32_t kv[MAX_LAYERS], ix[MAX_LAYERS], nkv = 0, nix = 0, rows[MAX_ENGRAM];
+    int32_t kv[MAX_LAYERS], ix[MAX_LAYERS], nkv = 0, nix = 0;
     for (int l = 0; l < c->n_layers; l++) {
         if (c->is_kv_source[l]) kv[nkv++] = l;
         if (c->is_index_source[l]) ix[nix++] = l;
@@ -350,12 +372,13 @@ static void config_json(const config *c, int fp8, text *t) {
     put(t, ",\n    \"hc_mult\": %d,\n    \"hc_sinkhorn_iters\": %d,\n    \"hc_eps\": %.9g", c->hc_mult, c->hc_sinkhorn_iters, c->hc_eps);
     put_list(t, "engram_layer_ids", c->engram_layer, c->n_engram);
     if (c->n_engram) {
-        for (int i = 0; i < c->n_engram; i++) rows[i] = (int32_t)c->engram_rows[i];
         put(t, ",\n    \"engram_max_ngram_size\": %d,\n    \"engram_vocab_size\": %lld", c->engram_max_ngram, (long long)c->engram_vocab_size);
         put(t, ",\n    \"engram_n_heads\": %d,\n    \"engram_head_dim\": %d", c->engram_n_heads, c->engram_head_dim);
         put(t, ",\n    \"engram_pad_token_id\": %d,\n    \"engram_compressed_vocab_size\": %lld", c->engram_pad_id,
             (long long)c->engram_compressed_vocab);
-        put_list(t, "engram_num_embeddings", rows, c->n_engram);
+        put(t, ",\n    \"engram_num_embeddings\": [");
+        for (int i = 0; i < c->n_engram; i++) put(t, "%s%lld", i ? ", " : "", (long long)c->engram_rows[i]);
+        put(t, "]");
     } else {
         put(t, ",\n    \"engram_max_ngram_size\": %d,\n    \"engram_n_heads\": %d,\n    \"engram_head_dim\": %d",
             c->engram_max_ngram, c->engram_n_heads, c->engram_head_dim);
@@ -388,46 +411,45 @@ static int sync_dir(const char *dir) {
     return ok ? 0 : set_error("%s: cannot sync the directory: %s", dir, strerror(errno));
 }
 
-static int write_checkpoint(const config *c, recorder *r, int fp8, const char *out_dir) {
+/* The directory: o's tensors in nshards shards (their data from r, or holes without one), the
+ * index, config.json with the text given, and c's Engram token map. It appears whole under
+ * out_dir or not at all. */
+static int write_checkpoint(const config *c, recorder *r, const out_list *o, int fp8, int32_t nshards, const text *cfg,
+                            const char *out_dir) {
     struct stat st;
     if (stat(out_dir, &st) == 0) return set_error("%s: already exists (convert never overwrites)", out_dir);
     char tmp[1100], parent[1100];
     snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", out_dir);
     if (!mkdtemp(tmp)) return set_error("%s: cannot create a temporary directory: %s", out_dir, strerror(errno));
-    out_list o = {0};
-    int nshards = c->n_engram ? 3 : 2, rc = plan(c, r, fp8, &o);
-    char files[3][64];
-    for (int s = 0; s < nshards; s++) snprintf(files[s], sizeof files[s], "model-%05d-of-%05d.safetensors", s + 1, nshards);
-    if (rc == 0) rc = write_shards(tmp, r, &o, fp8, nshards, files);
+    int rc = write_shards(tmp, r, o, fp8, nshards);
     text t = {0};
     if (rc == 0) {
         size_t total = 0;
-        for (size_t i = 0; i < o.n; i++) total += o.t[i].nbytes;
+        char file[64];
+        for (size_t i = 0; i < o->n; i++) total += o->t[i].nbytes;
         put(&t, "{\n  \"metadata\": {\"total_size\": %zu},\n  \"weight_map\": {", total);
-        for (size_t i = 0; i < o.n; i++) put(&t, "%s\n    \"%s\": \"%s\"", i ? "," : "", o.t[i].name, files[o.t[i].shard]);
+        for (size_t i = 0; i < o->n; i++) {
+            shard_file(file, sizeof file, o->t[i].shard, nshards);
+            put(&t, "%s\n    \"%s\": \"%s\"", i ? "," : "", o->t[i].name, file);
+        }
         put(&t, "\n  }\n}\n");
         rc = write_text(tmp, "model.safetensors.index.json", &t);
         t.n = 0;
     }
-    if (rc == 0) {
-        config_json(c, fp8, &t);
-        rc = write_text(tmp, "config.json", &t);
-        t.n = 0;
-    }
+    if (rc == 0) rc = write_text(tmp, "config.json", cfg);
     if (rc == 0 && c->n_engram) {
         put(&t, "[");
         for (int32_t i = 0; i < c->vocab_size; i++) put(&t, "%s%lld", i ? "," : "", (long long)c->engram_token_map[i]);
         put(&t, "]\n");
         rc = write_text(tmp, "engram_token_map.json", &t);
     }
-    if (rc == 0 && r->cancel && *r->cancel) rc = set_error("convert: cancelled");
+    if (rc == 0 && r && r->cancel && *r->cancel) rc = set_error("convert: cancelled");
     if (rc == 0) rc = sync_dir(tmp);
     if (rc == 0 && rename(tmp, out_dir) != 0) rc = set_error("%s: cannot rename into place: %s", out_dir, strerror(errno));
     if (rc) remove_tree(tmp);
     snprintf(parent, sizeof parent, "%s", out_dir);
     if (rc == 0) rc = sync_dir(dirname(parent));
     free(t.s);
-    free(o.t);
     return rc;
 }
 
@@ -437,13 +459,28 @@ static int convert(config *c, weight_source *inner, const char *dtype, const cha
     if (!fp8 && strcmp(dtype, "bf16")) { config_free(c); return set_error("convert: --dtype must be bf16 or fp8, not '%s'", dtype); }
     recorder r = {.base = {record_load}, .inner = inner, .cancel = cancel};
     dsv41_model *m = model_build(c, &r.base);
-    int rc = m ? write_checkpoint(&m->cfg, &r, fp8, out_dir) : -1;
+    out_list o = {0};
+    text cfg = {0};
+    int rc = m ? plan(&m->cfg, &r, fp8, &o) : -1;
+    if (rc == 0) {
+        config_json(&m->cfg, fp8, &cfg);
+        rc = write_checkpoint(&m->cfg, &r, &o, fp8, m->cfg.n_engram ? 3 : 2, &cfg, out_dir);
+    }
+    free(o.t);
+    free(cfg.s);
     if (!m) config_free(c);
     dsv41_model_free(m);
     arena_clear(&r.arena);
     free(r.arena.owned);
     free(r.recs);
     return rc;
+}
+
+/* The last error, prefixed with the file it is about; returns -1. */
+static int error_in(const char *path) {
+    char msg[600];
+    snprintf(msg, sizeof msg, "%s", dsv41_error());
+    return set_error("%s: %s", path, msg);
 }
 
 int dsv41_convert_golden(const dsv41_golden *g, const char *dtype, const char *out_dir, const volatile sig_atomic_t *cancel) {
@@ -464,14 +501,68 @@ int dsv41_synth(const char *config_path, const char *dtype, const char *out_dir,
     config c;
     int rc = config_from_fixture(&c, j);
     json_free(j);
-    if (rc) {
-        char msg[600];
-        snprintf(msg, sizeof msg, "%s", dsv41_error());
-        return set_error("%s: %s", config_path, msg);
-    }
+    if (rc) return error_in(config_path);
     weight_source *rule = rule_source_new(&c);
     if (!rule) { config_free(&c); return -1; }
     rc = convert(&c, rule, dtype, out_dir, cancel);
     free(rule);
+    return rc;
+}
+
+/* The release's layout: each Engram table (weight, then its scales) in a shard of its own at the
+ * end, everything else in file order over the n_other shards before them, cut where the running
+ * byte count passes an equal share of `rest`. */
+static int32_t skeleton_shard(const char *name, int64_t before, int64_t rest, int32_t n_other, int32_t *tables) {
+    if (name_ends(name, ".engram.embed.weight")) return n_other + (*tables)++;
+    if (name_ends(name, ".engram.embed.scale")) return n_other + *tables - 1;
+    int64_t s = rest > 0 ? (int64_t)((double)before / (double)rest * n_other) : 0;
+    return (int32_t)(s < n_other ? s : n_other - 1);
+}
+
+int dsv41_synth_skeleton(const char *config_path, int32_t n_shards, const char *out_dir) {
+    char err[512];
+    size_t len;
+    text cfg = {0};
+    cfg.s = json_read_text(config_path, &len, err, sizeof err);
+    if (!cfg.s) return set_error("%s", err);
+    cfg.n = cfg.cap = len;
+    json *j = json_parse(cfg.s, len, err, sizeof err);
+    if (!j) {
+        free(cfg.s);
+        return set_error("%s: %s", config_path, err);
+    }
+    config c;
+    int rc = config_from_checkpoint(&c, j);
+    json_free(j);
+    if (rc) {
+        free(cfg.s);
+        return error_in(config_path);
+    }
+    inventory inv = {0};
+    out_list o = {0};
+    if (n_shards <= c.n_engram) rc = set_error("skeleton: %d shards cannot hold %d Engram tables and the rest", n_shards, c.n_engram);
+    else rc = inventory_build(&c, &inv);
+    int64_t rest = 0, before = 0;
+    for (size_t i = 0; rc == 0 && i < inv.n; i++)
+        if (!strstr(inv.t[i].name, ".engram.embed.")) rest += inv.t[i].nbytes;
+    int32_t tables = 0;
+    for (size_t i = 0; rc == 0 && i < inv.n; i++) {
+        const inv_tensor *t = &inv.t[i];
+        int32_t sh = skeleton_shard(t->name, before, rest, n_shards - c.n_engram, &tables);
+        if (!strstr(t->name, ".engram.embed.")) before += t->nbytes;
+        rc = add_out(&o, t->name, t->dtype, t->ndim, t->shape[0], t->shape[1], (size_t)t->nbytes, sh, 0);
+    }
+    /* The release derives the Engram token map from its tokenizer; a skeleton has none, so it
+     * gets a placeholder in range (token i -> i mod the compressed vocabulary). */
+    if (rc == 0 && c.n_engram) {
+        c.engram_token_map = malloc((size_t)c.vocab_size * sizeof *c.engram_token_map);
+        if (!c.engram_token_map) rc = set_error("out of memory");
+        for (int32_t i = 0; rc == 0 && i < c.vocab_size; i++) c.engram_token_map[i] = i % c.engram_compressed_vocab;
+    }
+    if (rc == 0) rc = write_checkpoint(&c, NULL, &o, 0, n_shards, &cfg, out_dir);
+    inventory_free(&inv);
+    free(o.t);
+    config_free(&c);
+    free(cfg.s);
     return rc;
 }

@@ -107,6 +107,10 @@ void dsv41_model_describe(const dsv41_model *m, FILE *out) {
             total += t.bytes[d];
         }
     fprintf(out, "  total     %14zu bytes\n", total);
+    if (m->file.tensors)
+        fprintf(out, "checkpoint: %lld tensors in %d shards, %lld bytes of data; %lld tensors the text pass leaves unread "
+                     "(DSpark, vision, image-span gate biases)\n", (long long)m->file.tensors, m->file.shards,
+                (long long)m->file.bytes, (long long)m->file.unread);
     fprintf(out, "one decoded token reads %zu bytes of weights (dense layers, %d of %d experts per layer, "
                  "one embedding row, engram rows, the head)\n", model_decode_bytes(m), c->n_activated_experts, c->n_routed_experts);
 }

@@ -1,5 +1,6 @@
 /* json.c - recursive-descent JSON parser into a node tree (see json.h). */
 #include "json.h"
+#include "model.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -246,7 +247,7 @@ json *json_parse(const char *text, size_t len, char *err, size_t errlen) {
     return root;
 }
 
-json *json_load_file(const char *path, char *err, size_t errlen) {
+char *json_read_text(const char *path, size_t *out_len, char *err, size_t errlen) {
     int fd = file_open_regular(path, err, errlen);
     FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
     if (!f) {
@@ -269,6 +270,14 @@ json *json_load_file(const char *path, char *err, size_t errlen) {
     int rerr = ferror(f);
     fclose(f);
     if (rerr) { free(buf); snprintf(err, errlen, "%s: read error", path); return NULL; }
+    *out_len = len;
+    return buf;
+}
+
+json *json_load_file(const char *path, char *err, size_t errlen) {
+    size_t len;
+    char *buf = json_read_text(path, &len, err, errlen);
+    if (!buf) return NULL;
     char msg[256];
     json *j = json_parse(buf, len, msg, sizeof msg);
     free(buf);
@@ -298,4 +307,39 @@ int json_int(const json *n, int64_t lo, int64_t hi, int64_t *out) {
     if (!fits_i64(n) || (int64_t)n->bits < lo || (int64_t)n->bits > hi) return -1;
     *out = (int64_t)n->bits;
     return 0;
+}
+
+/* ---- the public face: dsv41_json is this parser's node */
+
+dsv41_json *dsv41_json_parse(const char *text, size_t len) {
+    char err[256];
+    json *j = json_parse(text, len, err, sizeof err);
+    if (!j) set_error("%s", err);
+    return j;
+}
+
+void dsv41_json_free(dsv41_json *root) { json_free(root); }
+
+dsv41_json_type dsv41_json_type_of(const dsv41_json *v) { return v ? v->type : DSV41_JSON_NULL; }
+
+const dsv41_json *dsv41_json_get(const dsv41_json *obj, const char *key) { return json_get(obj, key); }
+
+const dsv41_json *dsv41_json_at(const dsv41_json *v, size_t i) {
+    return v && (v->type == JSON_ARR || v->type == JSON_OBJ) && i < v->len ? &v->items[i] : NULL;
+}
+
+size_t dsv41_json_len(const dsv41_json *v) {
+    return v && (v->type == JSON_STR || v->type == JSON_ARR || v->type == JSON_OBJ) ? v->len : 0;
+}
+
+const char *dsv41_json_key(const dsv41_json *obj, size_t i) {
+    return obj && obj->type == JSON_OBJ && i < obj->len ? obj->keys[i] : NULL;
+}
+
+const char *dsv41_json_str(const dsv41_json *v) { return v && v->type == JSON_STR ? v->str : NULL; }
+
+double dsv41_json_num(const dsv41_json *v, int *is_int) {
+    int num = v && (v->type == JSON_NUM || v->type == JSON_BOOL);
+    if (is_int) *is_int = num && v->type == JSON_NUM && v->is_int;
+    return num ? v->num : 0.0;
 }

@@ -9,9 +9,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { JSON_NULL, JSON_BOOL, JSON_NUM, JSON_STR, JSON_ARR, JSON_OBJ } json_type;
+#include "dsv41.h"
 
-typedef struct json {
+/* The public dsv41_json_type values, under the short names the library uses. */
+typedef dsv41_json_type json_type;
+#define JSON_NULL DSV41_JSON_NULL
+#define JSON_BOOL DSV41_JSON_BOOL
+#define JSON_NUM DSV41_JSON_NUM
+#define JSON_STR DSV41_JSON_STR
+#define JSON_ARR DSV41_JSON_ARR
+#define JSON_OBJ DSV41_JSON_OBJ
+
+/* The node behind the public dsv41_json handle. */
+typedef struct dsv41_json {
     json_type type;
     double num;          /* JSON_NUM value, JSON_BOOL as 0/1 */
     int is_int;          /* integer literal that fits int64 or uint64 */
@@ -19,12 +29,14 @@ typedef struct json {
     uint64_t bits;       /* exact integer: the value as u64 (two's complement when negative) */
     char *str;           /* JSON_STR: NUL-terminated UTF-8 (may hold embedded NULs: see len) */
     size_t len;          /* JSON_STR byte length; JSON_ARR/JSON_OBJ item count */
-    struct json *items;  /* [len] children of an array or object */
+    struct dsv41_json *items; /* [len] children of an array or object */
     char **keys;         /* [len] object keys, NULL for arrays */
 } json;
 
 /* Parse `len` bytes. Returns NULL and a one-line message in err on failure. */
 json *json_parse(const char *text, size_t len, char *err, size_t errlen);
+/* A whole file's bytes (malloc'd, *len of them, not NUL-terminated), or NULL with err naming it. */
+char *json_read_text(const char *path, size_t *len, char *err, size_t errlen);
 /* Read and parse a file; err names the file on failure. */
 json *json_load_file(const char *path, char *err, size_t errlen);
 void json_free(json *j);

@@ -54,17 +54,20 @@ typedef struct {
     int64_t engram_mult[MAX_ENGRAM][MAX_NGRAM];     /* [n_engram][max_ngram] odd multipliers */
     int64_t engram_prime[MAX_ENGRAM][MAX_HASH_COLS];  /* [n_engram][cols] col = (n-2)*heads + h */
     int64_t engram_offset[MAX_ENGRAM][MAX_HASH_COLS]; /* [n_engram][cols] exclusive prefix sums */
+    /* DSpark draft blocks: in the release checkpoint, not used by the text forward pass (0: none) */
+    int32_t n_mtp_layers, dspark_n_experts;         /* blocks; routed experts in each */
+    int32_t dspark_n_targets, dspark_markov_rank;   /* layers main_proj concatenates; Markov head rank */
 } config;
 
 static inline int32_t engram_cols(const config *c) { return (c->engram_max_ngram - 1) * c->engram_n_heads; }
 int config_engram_index(const config *c, int32_t layer); /* -1 when not an engram layer */
 
-struct json;
+struct dsv41_json;
 /* Fill c from a golden-fixture-shaped object (the golden's "fixture", models/tiny.json). */
-int config_from_fixture(config *c, const struct json *fx);
+int config_from_fixture(config *c, const struct dsv41_json *fx);
 /* Fill c from a checkpoint's config.json (served form with text_config, or the flat
  * inference/config.json form); the Engram tables come after, from the token map. */
-int config_from_checkpoint(config *c, const struct json *root);
+int config_from_checkpoint(config *c, const struct dsv41_json *root);
 /* The Engram primes, offsets and multipliers as the release computes them, and the compressed
  * token map [vocab_size] (copied, entries in [0, engram_compressed_vocab)); frees c on failure. */
 int config_set_token_map(config *c, const int64_t *token_map);
@@ -177,6 +180,8 @@ struct dsv41_model {
     size_t n_owned, cap_owned;
     struct mapping { void *addr; size_t len; } *maps; /* [n_maps] memory-mapped checkpoint shards */
     size_t n_maps;
+    struct { int64_t tensors, unread, bytes; int32_t shards; } file; /* a loaded checkpoint: all its tensors, those
+                                                                      * the text pass leaves unread, data bytes */
 };
 
 void *model_alloc(dsv41_model *m, size_t bytes); /* zeroed, freed with the model */

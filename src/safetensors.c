@@ -43,9 +43,13 @@ static st_tensor *find(const st_source *s, const char *name) {
 
 static int add_tensor(st_source *s, const st_tensor *t) {
     if (find(s, t->name)) return set_error("%s: tensor '%s' appears twice", s->shards[t->shard].path, t->name);
-    st_tensor *nt = realloc(s->tensors, (s->n + 1) * sizeof *nt);
-    if (!nt) return set_error("out of memory");
-    s->tensors = nt;
+    if (s->n == s->cap_tensors) { /* doubling: a release checkpoint has ~96,000 tensors */
+        size_t cap = s->cap_tensors ? s->cap_tensors * 2 : 1024;
+        st_tensor *nt = realloc(s->tensors, cap * sizeof *nt);
+        if (!nt) return set_error("out of memory");
+        s->tensors = nt;
+        s->cap_tensors = cap;
+    }
     s->tensors[s->n++] = *t;
     if (s->n * 2 > s->cap) { /* rehash at half load */
         size_t cap = s->cap ? s->cap * 2 : 1024;
@@ -91,10 +95,14 @@ static int check_overlap(st_source *s, const st_shard *sh) {
     return rc;
 }
 
+static int shard_is_open(const st_source *s, const char *file) {
+    for (size_t i = 0; i < s->n_shards; i++)
+        if (!strcmp(s->shards[i].file, file)) return 1;
+    return 0;
+}
+
 /* Map one shard and index its tensors. */
 static int open_shard(st_source *s, const char *file) {
-    for (size_t i = 0; i < s->n_shards; i++)
-        if (!strcmp(s->shards[i].file, file)) return 0;
     st_shard *ns = realloc(s->shards, (s->n_shards + 1) * sizeof *ns);
     if (!ns) return set_error("out of memory");
     s->shards = ns;
@@ -135,19 +143,19 @@ static int open_shard(st_source *s, const char *file) {
         if (!esz) return set_error("%s: tensor '%s' has an unsupported dtype", sh->path, name);
         if (!shp || shp->type != JSON_ARR || shp->len > 4 || !off || off->type != JSON_ARR || off->len != 2)
             return set_error("%s: tensor '%s' needs a shape and two data_offsets", sh->path, name);
-        uint64_t n = 1;
+        uint64_t n = (uint64_t)esz; /* bytes; a shape whose size overflows cannot match the offsets */
         t.ndim = (int32_t)shp->len;
         for (size_t d = 0; d < shp->len; d++) {
             const json *v = &shp->items[d];
             /* no dimension or element count can pass the bytes the shard holds */
             if (v->type != JSON_NUM || !v->is_int || v->is_neg || (v->bits && n > data_len / v->bits))
                 return set_error("%s: tensor '%s' has a bad shape (more elements than the shard holds?)", sh->path, name);
-            t.shape[d] = (int64_t)v->bits;
             n *= v->bits;
+            t.shape[d] = (int64_t)v->bits;
         }
         const json *b = &off->items[0], *en = &off->items[1];
         if (b->type != JSON_NUM || en->type != JSON_NUM || !b->is_int || !en->is_int || b->is_neg || en->is_neg ||
-            en->bits < b->bits || en->bits > data_len || en->bits - b->bits != n * (uint64_t)esz)
+            en->bits < b->bits || en->bits > data_len || en->bits - b->bits != n)
             return set_error("%s: tensor '%s': data offsets out of range or not its size (truncated shard?)", sh->path, name);
         t.data = data + b->bits;
         t.nbytes = (size_t)(en->bits - b->bits);
@@ -229,6 +237,7 @@ int st_open(st_source *s, const char *dir) {
         if (f->type != JSON_STR || strchr(f->str, '/')) { rc = set_error("%s: bad shard name for '%s'", path, map->keys[i]); break; }
         char shard[1300];
         snprintf(shard, sizeof shard, "%s/%s", dir, f->str);
+        if (shard_is_open(s, f->str)) continue;
         if (access(shard, F_OK) != 0) rc = set_error("%s: names shard %s for tensor '%s', but it is missing", path, f->str, map->keys[i]);
         else rc = open_shard(s, f->str);
     }

@@ -29,8 +29,8 @@ typedef struct {
     char dir[1024];
     st_shard *shards;        /* [n_shards] */
     size_t n_shards;
-    st_tensor *tensors;      /* [n] */
-    size_t n;
+    st_tensor *tensors;      /* [n] of cap_tensors */
+    size_t n, cap_tensors;
     int32_t *slots;          /* [cap] open-addressing index into tensors, -1 empty */
     size_t cap;
 } st_source;

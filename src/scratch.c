@@ -1,6 +1,7 @@
 /* scratch.c - the per-thread bump arena (see scratch.h). */
 #include "scratch.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -14,6 +15,22 @@ typedef struct {
 
 static _Thread_local block blocks[SCRATCH_BLOCKS];
 static _Thread_local scratch_mark top;
+
+/* A thread's blocks go when the thread ends (a server's request threads come and go): the key's
+ * destructor runs in the ending thread, before its thread-locals are gone. */
+static pthread_key_t owner;
+static pthread_once_t owner_once = PTHREAD_ONCE_INIT;
+
+static void release_blocks(void *unused) {
+    (void)unused;
+    for (int i = 0; i < SCRATCH_BLOCKS; i++) {
+        free(blocks[i].base);
+        blocks[i] = (block){0};
+    }
+    top = (scratch_mark){0};
+}
+
+static void make_owner(void) { pthread_key_create(&owner, release_blocks); }
 
 scratch_mark scratch_begin(void) { return top; }
 
@@ -31,6 +48,10 @@ void *scratch_bytes(size_t n) {
         if (!b->base || top.used == 0) { /* an empty block too small for n: replace it */
             /* at least twice the block before, so the 64 blocks never run out before memory */
             size_t want = top.block > 0 ? 2 * blocks[top.block - 1].size : SCRATCH_MIN;
+            if (!b->base && top.block == 0) { /* the thread's first block: free them all when it ends */
+                pthread_once(&owner_once, make_owner);
+                pthread_setspecific(owner, blocks);
+            }
             free(b->base);
             b->size = n > want ? n : want;
             b->base = aligned_alloc(64, b->size);

@@ -113,6 +113,10 @@ elif what == "header_json": open(shard, "wb").write(raw[:8] + b"{not json" + raw
 elif what == "offsets": head["layers.0.attn.wq_a.weight"]["data_offsets"][1] += 10 ** 9; rewrite(head)
 elif what == "dtype": head["layers.0.attn.wq_a.weight"]["dtype"] = "F16"; rewrite(head)
 elif what == "shape": head["layers.0.attn.wq_a.weight"]["shape"] = [32, 32]; rewrite(head)
+elif what == "overflow":  # a shape whose byte count wraps 64 bits to exactly the data's size
+    t = head["layers.0.attn.wq_a.weight"]
+    size = t["data_offsets"][1] - t["data_offsets"][0]
+    t["dtype"], t["shape"] = "BF16", [2 ** 62 + size // 4, 2]; rewrite(head)
 elif what == "missing":
     del head["layers.0.attn.wq_a.weight"]; rewrite(head)
     idx = json.load(open(os.path.join(d, "model.safetensors.index.json")))
@@ -132,16 +136,50 @@ elif what == "flat":  # the inference/config.json form with ModelArgs names
     flat.update(rope_factor=rs["factor"], original_seq_len=rs["original_max_position_embeddings"],
                 beta_fast=rs["beta_fast"], beta_slow=rs["beta_slow"])
     json.dump(flat, open(os.path.join(d, "config.json"), "w"))
+elif what in ("extras", "unknown", "vl_outside"):  # tensors appended to shard 1 and the index
+    idx_path = os.path.join(d, "model.safetensors.index.json")
+    idx = json.load(open(idx_path))
+    layers = json.load(open(os.path.join(d, "config.json")))["text_config"]["num_hidden_layers"]
+    experts = json.load(open(os.path.join(d, "config.json")))["text_config"]["n_routed_experts"]
+    data = raw[8 + n:]
+    def add(name, dtype, shape, size):
+        global data
+        head[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + size]}
+        idx["weight_map"][name] = "model-00001-of-00003.safetensors"
+        data += bytes(size)
+    if what == "extras":  # what the release has beside the text model
+        for l in range(layers): add("layers.%d.ffn.gate.bias_vl" % l, "F32", [experts], 4 * experts)
+        add("mtp.0.attn.wq_a.weight", "F8_E4M3", [32, 64], 2048)
+        add("mtp.2.markov_head.embed.weight", "BF16", [64, 8], 1024)
+        add("vision.blocks.0.attn.qkv.weight", "BF16", [96, 32], 6144)
+        add("aligner.proj.weight", "BF16", [32, 32], 2048)
+        add("image_newline", "BF16", [32], 64)
+    elif what == "unknown": add("layers.0.ffn.gate.bias_xl", "F32", [experts], 4 * experts)
+    else: add("layers.%d.ffn.gate.bias_vl" % layers, "F32", [experts], 4 * experts)
+    text = json.dumps(head).encode()
+    text += b" " * (-len(text) % 8)
+    open(shard, "wb").write(struct.pack("<Q", len(text)) + text + data)
+    json.dump(idx, open(idx_path, "w"))
 elif what == "roles":
     c = json.load(open(os.path.join(d, "config.json")))
     c["text_config"]["index_source_layer_ids"] = [2, 4]
     json.dump(c, open(os.path.join(d, "config.json"), "w"))
 PY
 }
-for case in truncated header_json offsets dtype shape missing no_shard roles; do
+for case in truncated header_json offsets dtype shape overflow missing no_shard roles; do
     broken $case
     expect_error "checkpoint: $case" ./dsv41 inspect "$tmp/b_$case"
     grep -q "model-0000\|safetensors\|wq_a\|tensor" "$tmp/err" && ok || bad "checkpoint $case: the error names no file or tensor: $(cat "$tmp/err")"
+done
+broken extras
+out=$(./dsv41 check "$golden" -m "$tmp/b_extras" | tail -n 1)
+[ "$out" = "443 passed, 0 failed" ] && ok || bad "a checkpoint with the release's DSpark, vision and bias_vl tensors: '$out'"
+./dsv41 inspect "$tmp/b_extras" | grep -q '^checkpoint: [0-9]* tensors in 3 shards, .* 11 tensors the text pass leaves unread' &&
+    ok || bad "inspect counts the tensors the text pass leaves unread"
+for case in unknown vl_outside; do
+    broken $case
+    expect_error "checkpoint: $case tensor" ./dsv41 inspect "$tmp/b_$case"
+    grep -q "tensor 'layers\.[0-9]*\.ffn\.gate\.bias_\(xl\|vl\)' is not used" "$tmp/err" && ok || bad "checkpoint $case: $(cat "$tmp/err")"
 done
 broken flat
 out=$(./dsv41 check "$golden" -m "$tmp/b_flat" | tail -n 1)
