@@ -137,9 +137,7 @@ static inline __attribute__((always_inline)) void dots(const float *const qh[HB]
         float a[16];
         memcpy(a, &s[h], sizeof a);
         for (int l = 0; i + l < D; l++) a[l] += qh[h][i + l] * row[i + l];
-        for (int w = 8; w > 0; w /= 2)
-            for (int l = 0; l < w; l++) a[l] += a[l + w];
-        out[h] = a[0];
+        out[h] = sum16(a);
     }
 }
 

@@ -27,6 +27,15 @@ typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
 #define LOAD16(p) (*(const v16u *)(const void *)(p))
 
+/* The one way 16 partial sums join (README, Numerics): halves added lane by lane, lane j + lane
+ * j+8, then j + j+4, j + j+2, j + j+1; p [16] is overwritten, the sum returned. Every dense dot
+ * product of every kernel set and the f32 reductions that run over 16 lanes end with it. */
+static inline float sum16(float p[16]) {
+    for (int w = 8; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) p[j] += p[j + w];
+    return p[0];
+}
+
 /* ---- bf16: round to nearest even on the f32 bit pattern, NaN passes through (torch's cast) */
 static inline uint32_t f32_bits(float x) { union { float f; uint32_t u; } v = {x}; return v.u; }
 static inline float bits_f32(uint32_t u) { union { uint32_t u; float f; } v = {u}; return v.f; }
