@@ -64,6 +64,7 @@ static int whole(const char *flag, const char *v, uint64_t lo, uint64_t hi, uint
 static int parse(int argc, char **argv, gen_opts *o, int allow_prompt) {
     *o = (gen_opts){.n_new = -1, .sp = {0.6f, 0, 0.95f, 0.0f, 0}};
     o->sp.seed = (uint64_t)time(NULL);
+    const char *kernels = NULL;
     for (int i = 0; i < argc; i += 2) { /* every flag takes a value */
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double d;
@@ -81,10 +82,11 @@ static int parse(int argc, char **argv, gen_opts *o, int allow_prompt) {
         else if (!strcmp(f, "--min-p")) { if (num(f, v, 0, 1, &d)) return 2; o->sp.min_p = (float)d; }
         else if (!strcmp(f, "--seed")) { if (whole(f, v, 0, UINT64_MAX, &u)) return 2; o->sp.seed = u; }
         else if (!strcmp(f, "-t")) { if (whole(f, v, 1, 256, &u) || dsv41_set_threads((int32_t)u)) return 2; }
+        else if (!strcmp(f, "--kernels")) kernels = v;
         else { fprintf(stderr, "dsv41: unknown flag '%s'\n", f); return 2; }
     }
     if (!o->dir) { fprintf(stderr, "dsv41: give the checkpoint directory with -m DIR\n"); return 2; }
-    return 0;
+    return use_kernels(kernels);
 }
 
 /* JSON string literal of s into out (at most cap bytes); returns the length or -1. */

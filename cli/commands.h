@@ -13,6 +13,9 @@ int cmd_run_text(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 /* server/serve.c */
 int cmd_serve(int argc, char **argv);
+/* Chooses the kernel set (NULL: $DSV41_KERNELS or the fastest); returns 0, or 2 after a one-line
+ * error */
+int use_kernels(const char *name);
 
 /* Signals (signals.c): the last one caught, 0 while none was */
 extern volatile sig_atomic_t cli_signal;

@@ -12,13 +12,13 @@
 static int usage(void) {
     fprintf(stderr,
             "usage: dsv41 <command> [options]\n"
-            "  check GOLDEN.json [-m DIR] [-t N]\n"
+            "  check GOLDEN.json [-m DIR] [-t N] [--kernels SET]\n"
             "                              run a golden file's regimes and compare every capture\n"
             "                              (weights from the checkpoint DIR instead of the golden's filler)\n"
-            "  run [-m DIR] --ids A,B,C [-n N] [-t N]\n"
+            "  run [-m DIR] --ids A,B,C [-n N] [-t N] [--kernels SET]\n"
             "                              prefill the ids, decode N tokens greedily (built-in tiny model by default)\n"
             "  run -m DIR -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p M] [--seed S]\n"
-            "      [--think low|high|max|N] [--system TEXT] [--stop STR] [-t THREADS]\n"
+            "      [--think low|high|max|N] [--system TEXT] [--stop STR] [-t THREADS] [--kernels SET]\n"
             "                              answer one user message, streaming the reply\n"
             "  chat -m DIR [the same options]   an interactive conversation (/reset, /quit; Ctrl-C stops a reply)\n"
             "  serve -m DIR [--host 127.0.0.1] [--port 8080] [-np N] [-c CTX] [-t N] [--api-key KEY] [--timeout S] [--queue N]\n"
@@ -33,9 +33,11 @@ static int usage(void) {
             "  tokenize --tokenizer FILE [--added ADDED.json] [--special] TEXT\n"
             "                              print the token ids of TEXT as a JSON array\n"
             "  render --chat CASE.json     print the DeepSeek-V4.1 prompt of a chat case (no newline added)\n"
-            "  bench -m DIR [-t N] [--json]\n"
+            "  bench -m DIR [-t N] [--json] [--kernels SET]\n"
             "                              prefill and decode speed against the measured triad bandwidth and FMA peak\n"
-            "-t N sets the worker threads (default: one per core); results do not depend on it.\n");
+            "  kernels                     the kernel sets this CPU runs, the default marked\n"
+            "-t N sets the worker threads (default: one per core), --kernels SET the kernel set (default:\n"
+            "$DSV41_KERNELS, else the fastest); results do not depend on either.\n");
     return 2;
 }
 
@@ -56,17 +58,36 @@ static int32_t parse_threads(const char *v) {
     return (int32_t)n;
 }
 
+int use_kernels(const char *name) {
+    if (!dsv41_set_kernels(name)) return 0;
+    fprintf(stderr, "dsv41: %s\n", dsv41_error());
+    return 2;
+}
+
+static int cmd_kernels(int argc, char **argv) {
+    (void)argv;
+    if (argc != 0) { fprintf(stderr, "usage: dsv41 kernels\n"); return 2; }
+    const char *names[16];
+    int32_t n = dsv41_kernel_sets(names, 16);
+    const char *def = dsv41_kernels();
+    for (int32_t i = 0; i < n && i < 16; i++) printf("%s%s%s", i ? " " : "", names[i], strcmp(names[i], def) ? "" : "*");
+    printf("\n");
+    return 0;
+}
+
 static int cmd_check(int argc, char **argv) {
-    const char *golden = NULL, *dir = NULL;
+    const char *golden = NULL, *dir = NULL, *kernels = NULL;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc) dir = argv[++i];
+        else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) kernels = argv[++i];
         else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
             int32_t t = parse_threads(argv[++i]);
             if (!t || dsv41_set_threads(t)) return 2;
         } else if (!golden && argv[i][0] != '-') golden = argv[i];
-        else { fprintf(stderr, "usage: dsv41 check GOLDEN.json [-m DIR] [-t N]\n"); return 2; }
+        else { fprintf(stderr, "usage: dsv41 check GOLDEN.json [-m DIR] [-t N] [--kernels SET]\n"); return 2; }
     }
-    if (!golden) { fprintf(stderr, "usage: dsv41 check GOLDEN.json [-m DIR] [-t N]\n"); return 2; }
+    if (!golden) { fprintf(stderr, "usage: dsv41 check GOLDEN.json [-m DIR] [-t N] [--kernels SET]\n"); return 2; }
+    if (use_kernels(kernels)) return 2;
     dsv41_golden *g = dsv41_golden_load(golden);
     if (!g) return fail(dsv41_error());
     dsv41_model *m = dir ? dsv41_model_load(dir) : dsv41_model_from_golden(g);
@@ -126,7 +147,7 @@ static int cmd_synth(int argc, char **argv) {
 }
 
 static int cmd_bench(int argc, char **argv) {
-    const char *dir = NULL;
+    const char *dir = NULL, *kernels = NULL;
     int32_t threads = 0;
     int json = 0;
     for (int i = 0; i < argc; i++) {
@@ -134,9 +155,11 @@ static int cmd_bench(int argc, char **argv) {
         else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
             if (!(threads = parse_threads(argv[++i]))) return 2;
         } else if (!strcmp(argv[i], "--json")) json = 1;
-        else { fprintf(stderr, "usage: dsv41 bench -m DIR [-t N] [--json]\n"); return 2; }
+        else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) kernels = argv[++i];
+        else { fprintf(stderr, "usage: dsv41 bench -m DIR [-t N] [--json] [--kernels SET]\n"); return 2; }
     }
-    if (!dir) { fprintf(stderr, "usage: dsv41 bench -m DIR [-t N] [--json]\n"); return 2; }
+    if (!dir) { fprintf(stderr, "usage: dsv41 bench -m DIR [-t N] [--json] [--kernels SET]\n"); return 2; }
+    if (use_kernels(kernels)) return 2;
     dsv41_model *m = dsv41_model_load(dir);
     if (!m) return fail(dsv41_error());
     int rc = dsv41_bench(m, threads, json, stdout);
@@ -186,7 +209,7 @@ static int cmd_run(int argc, char **argv) {
     int32_t ids[4096];
     int n_ids = 0;
     long n_new = 16;
-    const char *dir = NULL;
+    const char *dir = NULL, *kernels = NULL;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc) {
             dir = argv[++i];
@@ -202,12 +225,15 @@ static int cmd_run(int argc, char **argv) {
         } else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
             int32_t t = parse_threads(argv[++i]);
             if (!t || dsv41_set_threads(t)) return 2;
+        } else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) {
+            kernels = argv[++i];
         } else {
             fprintf(stderr, "dsv41: run: unknown argument '%s'\n", argv[i]);
             return 2;
         }
     }
     if (n_ids == 0) return fail("run: give the prompt as --ids A,B,C");
+    if (use_kernels(kernels)) return 2;
     dsv41_model *m = dir ? dsv41_model_load(dir) : dsv41_model_builtin();
     if (!m) return fail(dsv41_error());
     int32_t V = dsv41_model_vocab_size(m), ctx = dsv41_model_max_seq_len(m);
@@ -252,6 +278,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(argv[1], "chat")) return cmd_chat(argc - 2, argv + 2);
     if (!strcmp(argv[1], "serve")) return cmd_serve(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "kernels")) return cmd_kernels(argc - 2, argv + 2);
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) { usage(); return 0; }
     fprintf(stderr, "dsv41: unknown command '%s' (dsv41 --help lists them)\n", argv[1]);
     return 2;

@@ -27,6 +27,17 @@ const char *dsv41_error(void);
 /* Worker threads for the kernels (default: one per online core). Results do not depend on it. */
 int dsv41_set_threads(int32_t n);
 
+/* The kernel set the projections run on: "scalar", "avx2", "avx512" or "neon". NULL or "" takes
+ * $DSV41_KERNELS when it is set and not empty, else the fastest set this CPU runs (the default).
+ * Returns 0, or -1 with dsv41_error() for a set that is unknown or that this CPU cannot run.
+ * Results do not depend on it: every set computes the same bits. */
+int dsv41_set_kernels(const char *name);
+/* The name of the kernel set in use. */
+const char *dsv41_kernels(void);
+/* The sets this CPU runs, slowest first: writes up to cap names (static strings) to names and
+ * returns how many there are. */
+int32_t dsv41_kernel_sets(const char **names, int32_t cap);
+
 /* ---- models */
 /* The built-in tiny model: the golden fixture's geometry with filler weights (no files). */
 dsv41_model *dsv41_model_builtin(void);

@@ -143,10 +143,14 @@ INL int dense_tile(const dtype ty, const uint8_t *const rp[RT], const uint8_t *c
                 const __m256 s = _mm256_set1_ps(e8m0_to_f32(sp[i][c / 32]));
                 wv[0] = _mm256_mul_ps(e4m3_8(b), s);
                 wv[1] = _mm256_mul_ps(e4m3_8(_mm_unpackhi_epi64(b, b)), s);
-            } else { /* 8 bytes, low nibble first: the 16 codes in column order */
+            } else { /* 8 bytes, low nibble first: the 16 codes in column order, none past cols (with
+                      * a scale of 2^127 the odd row's spare nibble could be an infinity) */
                 __m128i b = _mm256_castsi256_si128(load_partial(p, imin(8, (cols + 1) / 2 - c / 2)));
                 __m128i lo = _mm_and_si128(b, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
                 __m128i codes = _mm_unpacklo_epi8(lo, hi);
+                if (tail)
+                    codes = _mm_and_si128(codes, _mm_cmpgt_epi8(_mm_set1_epi8((char)(cols - c)),
+                                                                 _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)));
                 const __m256 s = _mm256_set1_ps(e8m0_to_f32(sp[i][c / 32]));
                 wv[0] = _mm256_mul_ps(e2m1_8(_mm256_cvtepu8_epi32(codes)), s);
                 wv[1] = _mm256_mul_ps(e2m1_8(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(codes, codes))), s);

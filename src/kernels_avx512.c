@@ -125,10 +125,12 @@ INL int dense_tile(const dtype ty, const uint8_t *const rp[RT], const uint8_t *c
                 nan[i] = _mm_max_epu8(nan[i], _mm_or_si128(b, _mm_set1_epi8((char)0x80)));
                 wv = _mm512_mul_ps(_mm512_cvtph_ps(e4m3_f16(b)), _mm512_set1_ps(256.0f));
                 wv = _mm512_mul_ps(wv, _mm512_set1_ps(e8m0_to_f32(sp[i][c / 32])));
-            } else { /* 8 bytes, low nibble first: the 16 codes in column order */
+            } else { /* 8 bytes, low nibble first: the 16 codes in column order, none past cols (with
+                      * a scale of 2^127 the odd row's spare nibble could be an infinity) */
                 __m128i b = _mm_maskz_loadu_epi8(mask16(imin(8, (cols + 1) / 2 - c / 2)), rp[i] + c / 2);
                 __m128i lo = _mm_and_si128(b, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
-                wv = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)), lut);
+                __m128i codes = _mm_maskz_mov_epi8(m, _mm_unpacklo_epi8(lo, hi));
+                wv = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(codes), lut);
                 wv = _mm512_mul_ps(wv, _mm512_set1_ps(e8m0_to_f32(sp[i][c / 32])));
             }
 #pragma GCC unroll 4
