@@ -62,6 +62,28 @@ build/test_%: tests/test_%.c tests/testing.h build/libdsv41.a
 build:
 	mkdir -p build
 
+# The NEON set on x86: the library and two tests cross-built for arm64, run under qemu-user by
+# tests/neon.sh (needs gcc-aarch64-linux-gnu, libc6-dev-arm64-cross, qemu-user). The tests use
+# no tokenizer, so PCRE2 and utf8proc are not needed for arm64.
+ARM_CC  = aarch64-linux-gnu-gcc
+ARM_AR  = aarch64-linux-gnu-ar
+ARM_OBJ = $(LIB_SRC:src/%.c=build/aarch64/%.o) build/aarch64/tiny_model.o
+
+build/aarch64/%.o: src/%.c $(wildcard src/*.h) include/dsv41.h | build/aarch64
+	$(ARM_CC) $(CFLAGS) -c $< -o $@
+
+build/aarch64/tiny_model.o: build/tiny_model.c | build/aarch64
+	$(ARM_CC) $(CFLAGS) -c $< -o $@
+
+build/aarch64/libdsv41.a: $(ARM_OBJ)
+	rm -f $@ && $(ARM_AR) rcs $@ $^
+
+build/aarch64/test_%: tests/test_%.c tests/testing.h build/aarch64/libdsv41.a
+	$(ARM_CC) $(CFLAGS) $< build/aarch64/libdsv41.a -lm -lpthread -o $@
+
+build/aarch64:
+	mkdir -p build/aarch64
+
 test: dsv41 $(TESTS)
 	tests/run.sh $(TESTS)
 

@@ -21,6 +21,25 @@ for t in 0 257 x; do
     [ $rc -eq 2 ] && [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] && ok || bad "check -t $t: rc=$rc, '$err'"
 done
 
+# every kernel set this CPU runs prints exactly the lines scalar prints; an unknown set or one
+# this CPU cannot run is a one-line error, from the flag or from DSV41_KERNELS
+sets=$(./dsv41 kernels | tr -d '*')
+case " $sets " in *" scalar "*) ok ;; *) bad "dsv41 kernels lists scalar: '$sets'" ;; esac
+[ "$(./dsv41 kernels | tr ' ' '\n' | grep -c '\*$')" -eq 1 ] && ok || bad "dsv41 kernels marks one default"
+same_on_sets() { # $1: what, $2: how many lines to compare, then the command; those lines of its
+    what=$1; n=$2; shift 2 # output under every set equal scalar's
+    want=$("$@" --kernels scalar | head -n "$n")
+    for k in $sets; do
+        [ "$("$@" --kernels "$k" | head -n "$n")" = "$want" ] && ok || bad "$what: kernel set $k prints other lines than scalar"
+    done
+}
+same_on_sets "check on the golden" 100000 ./dsv41 check "$golden"
+same_on_sets "run" 1 ./dsv41 run --ids 2,17,47,5,9,33,21,2,8,13,40,1,7,19,3,11,60,25 -n 8
+expect_error "check --kernels nonesuch" ./dsv41 check "$golden" --kernels nonesuch
+[ "$(uname -m)" = x86_64 ] && expect_error "run --kernels neon on x86" ./dsv41 run --ids 2 -n 1 --kernels neon
+DSV41_KERNELS=nonesuch expect_error "DSV41_KERNELS=nonesuch" ./dsv41 run --ids 2 -n 1
+DSV41_KERNELS=scalar ./dsv41 run --ids 2 -n 1 >/dev/null 2>&1 && ok || bad "DSV41_KERNELS=scalar runs"
+
 # goldens of another geometry, batch sizes and decode counts, written by the independent numpy
 # reference; each input set was chosen robust by its order-sensitivity check (--require-robust)
 PY=python3
@@ -33,6 +52,7 @@ if "$PY" -c 'import numpy' 2>/dev/null; then
         out=$(./dsv41 check "$tmp/g.json"); rc=$?
         last=$(printf '%s\n' "$out" | tail -n 1)
         [ $rc -eq 0 ] && printf '%s\n' "$last" | grep -qE '^[1-9][0-9]* passed, 0 failed$' && ok || bad "check on golden $spec: '$last'"
+        same_on_sets "check on golden $spec" 100000 ./dsv41 check "$tmp/g.json"
     done
 else
     bad "python3 with numpy is needed for the reference goldens"

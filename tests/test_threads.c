@@ -1,6 +1,7 @@
-/* test_threads.c - results do not depend on the thread count: a model big enough that every
- * projection is split across threads gives the same logits bit for bit at 1, 2 and 3 threads,
- * for prefills short and long (the many-token kernels) and the decode steps after each, and a
+/* test_threads.c - results do not depend on the thread count or the kernel set: a model big
+ * enough that every projection is split across threads gives the same logits bit for bit at 1, 2
+ * and 3 threads and on every kernel set this CPU runs, for prefills short and long (the
+ * many-token kernels; 40 tokens is the issue's prompt) and the decode steps after each, and a
  * projection's raw f32 sums at several token counts; and the golden still passes at 3 threads. */
 #include <string.h>
 #include <sys/wait.h>
@@ -94,6 +95,15 @@ int main(void) {
         float *three = run(m, 3), *two = run(m, 2), *one = run(m, 1);
         CHECK(!memcmp(one, two, n), "1 and 2 threads give the same logits bit for bit");
         CHECK(!memcmp(one, three, n), "1 and 3 threads give the same logits bit for bit");
+        const char *sets[8];
+        int32_t ns = dsv41_kernel_sets(sets, 8);
+        for (int32_t k = 0; k < ns; k++) {
+            dsv41_set_kernels(sets[k]);
+            float *other = run(m, 2);
+            CHECK(!memcmp(one, other, n), "kernel set %s gives the default set's logits bit for bit", sets[k]);
+            free(other);
+        }
+        dsv41_set_kernels(NULL);
         free(one); free(two); free(three);
     }
     dsv41_model_free(m);
