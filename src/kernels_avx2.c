@@ -100,22 +100,21 @@ INL __m128i bytes16(const uint8_t *p, int64_t n) {
     return _mm256_castsi256_si128(load_partial(p, n));
 }
 
-/* One tile of rows rp[0..3] and tokens xp[0..nt-1], 16 columns at a time in two vectors, so
- * that lane j of the pair (w[0], w[1]) is the canonical partial sum of the columns j mod 16 (one
- * FMA each, in column order, as kernels_scalar.c); half[t][i] gets the pair added (lane j +
- * lane j+8, sum16's first step) for the driver's join. Returns a bit per row with a NaN e4m3
- * code. */
-INL int dense_tile(const dtype ty, const uint8_t *const rp[RT], const uint8_t *const sp[RT], int64_t cols, int64_t pfd,
-                   const float *const xp[TT], const int nt, __m256 half[TT][RT]) {
+/* Rows rp[0..nr-1] of a tile against tokens xp[0..nt-1], 16 columns at a time in two vectors, so
+ * that lane j of the pair is the canonical partial sum of the columns j mod 16 (one FMA each, in
+ * column order, as kernels_scalar.c); half[t][i] gets the pair added (lane j + lane j+8, sum16's
+ * first step) for the driver's join. Returns a bit per row with a NaN e4m3 code. */
+INL int dense_rows(const dtype ty, const uint8_t *const *rp, const uint8_t *const *sp, int64_t cols, int64_t pfd,
+                   const float *const *xp, const int nt, const int nr, __m256 (*half)[RT]) {
     const int64_t esz2 = ty == DT_F32 ? 8 : ty == DT_BF16 ? 4 : ty == DT_E4M3 ? 2 : 1; /* twice the bytes per column */
     __m256 acc[RT][TT][2];
 #pragma GCC unroll 4
-    for (int i = 0; i < RT; i++)
+    for (int i = 0; i < nr; i++)
 #pragma GCC unroll 4
         for (int t = 0; t < TT; t++) acc[i][t][0] = acc[i][t][1] = _mm256_setzero_ps();
     __m128i nan[RT];
 #pragma GCC unroll 4
-    for (int i = 0; i < RT; i++) nan[i] = _mm_setzero_si128();
+    for (int i = 0; i < nr; i++) nan[i] = _mm_setzero_si128();
     for (int64_t c = 0; c < cols; c += 16) {
         const int tail = cols - c < 16;
         __m256 xv[TT][2];
@@ -125,7 +124,7 @@ INL int dense_tile(const dtype ty, const uint8_t *const rp[RT], const uint8_t *c
             for (int h = 0; h < 2; h++)
                 xv[t][h] = tail ? loadf_partial(xp[t] + c + 8 * h, cols - c - 8 * h) : _mm256_loadu_ps(xp[t] + c + 8 * h);
 #pragma GCC unroll 4
-        for (int i = 0; i < RT; i++) {
+        for (int i = 0; i < nr; i++) {
             const uint8_t *p = rp[i] + c * esz2 / 2;
             _mm_prefetch((const char *)(p + pfd), _MM_HINT_T0);
             __m256 wv[2];
@@ -164,12 +163,20 @@ INL int dense_tile(const dtype ty, const uint8_t *const rp[RT], const uint8_t *c
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
 #pragma GCC unroll 4
-        for (int i = 0; i < RT; i++) half[t][i] = _mm256_add_ps(acc[i][t][0], acc[i][t][1]);
+        for (int i = 0; i < nr; i++) half[t][i] = _mm256_add_ps(acc[i][t][0], acc[i][t][1]);
     int rows_nan = 0;
     if (ty == DT_E4M3)
-        for (int i = 0; i < RT; i++)
+        for (int i = 0; i < nr; i++)
             rows_nan |= (_mm_movemask_epi8(_mm_cmpeq_epi8(nan[i], _mm_set1_epi8((char)0xFF))) != 0) << i;
     return rows_nan;
+}
+
+/* One tile: rows rp[0..3], tokens xp[0..nt-1]. Two accumulators per row and token leave room in
+ * 16 registers for 4 rows of up to 2 tokens; more tokens go in two passes over the rows. */
+INL int dense_tile(const dtype ty, const uint8_t *const rp[RT], const uint8_t *const sp[RT], int64_t cols, int64_t pfd,
+                   const float *const xp[TT], const int nt, __m256 half[TT][RT]) {
+    if (nt <= 2) return dense_rows(ty, rp, sp, cols, pfd, xp, nt, 4, half);
+    return dense_rows(ty, rp, sp, cols, pfd, xp, 2, 4, half) | dense_rows(ty, rp, sp, cols, pfd, xp + 2, nt - 2, 4, half + 2);
 }
 
 /* ================================================================ quant, fp4 */
