@@ -6,21 +6,21 @@
 
 chat_model "$tmp/m" && ok || bad "synth the test model"
 
-out=$(./dsv41 run -m "$tmp/m" -p "hello there" -n 12 --temp 0 2>"$tmp/err"); rc=$?
+out=$("$dsv41" run -m "$tmp/m" -p "hello there" -n 12 --temp 0 2>"$tmp/err"); rc=$?
 [ $rc -eq 0 ] && [ -n "$out" ] && grep -qE '^prompt: [0-9]+ tokens, [0-9.]+ tok/s \| generated: [0-9]+ tokens, [0-9.]+ tok/s$' "$tmp/err" &&
     ok || bad "run -p: rc=$rc, out '$out', err '$(cat "$tmp/err")'"
-a=$(./dsv41 run -m "$tmp/m" -p "hello" -n 20 --temp 0.9 --top-p 0.9 --seed 7 2>/dev/null)
-b=$(./dsv41 run -m "$tmp/m" -p "hello" -n 20 --temp 0.9 --top-p 0.9 --seed 7 2>/dev/null)
+a=$("$dsv41" run -m "$tmp/m" -p "hello" -n 20 --temp 0.9 --top-p 0.9 --seed 7 2>/dev/null)
+b=$("$dsv41" run -m "$tmp/m" -p "hello" -n 20 --temp 0.9 --top-p 0.9 --seed 7 2>/dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "the same seed gives the same reply"
-./dsv41 run -m "$tmp/m" -p "hello" -n 20 --think high --top-k 5 --min-p 0.05 >/dev/null 2>&1 && ok || bad "run with --think and samplers"
+"$dsv41" run -m "$tmp/m" -p "hello" -n 20 --think high --top-k 5 --min-p 0.05 >/dev/null 2>&1 && ok || bad "run with --think and samplers"
 
 # piped stdin: two turns, a reset, another turn
-printf 'hello\nhow are you\n/reset\nand again\n/quit\n' | ./dsv41 chat -m "$tmp/m" -n 10 --temp 0 >"$tmp/out" 2>"$tmp/err"; rc=$?
+printf 'hello\nhow are you\n/reset\nand again\n/quit\n' | "$dsv41" chat -m "$tmp/m" -n 10 --temp 0 >"$tmp/out" 2>"$tmp/err"; rc=$?
 [ $rc -eq 0 ] && grep -q 'conversation cleared' "$tmp/err" && grep -qE '^prompt: [0-9]+ tokens.*generated: 30 tokens' "$tmp/err" &&
     [ "$(wc -l <"$tmp/out")" -eq 3 ] && ok || bad "chat over a pipe: rc=$rc, $(cat "$tmp/err")"
 
 # a pseudo-terminal: Ctrl-C during a long reply stops the reply, not the program
-python3 - ./dsv41 "$tmp/m" <<'PY' && ok || bad "chat on a terminal with Ctrl-C"
+python3 - "$dsv41" "$tmp/m" <<'PY' && ok || bad "chat on a terminal with Ctrl-C"
 import os, pty, select, sys, time
 pid, fd = pty.fork()
 if pid == 0:
@@ -55,12 +55,12 @@ if not ok: print("pty transcript:", repr(text[-600:]), "status", status, "genera
 sys.exit(0 if ok else 1)
 PY
 
-expect_error "run with an unknown flag" ./dsv41 run -m "$tmp/m" -p "hi" --bogus 1
-expect_error "run without a tokenizer" ./dsv41 run -m "$tmp/ck_none" -p "hi"
+expect_error "run with an unknown flag" "$dsv41" run -m "$tmp/m" -p "hi" --bogus 1
+expect_error "run without a tokenizer" "$dsv41" run -m "$tmp/ck_none" -p "hi"
 mkdir -p "$tmp/notok" && cp "$tmp/m"/*.json "$tmp/m"/*.safetensors "$tmp/notok/" && rm "$tmp/notok/tokenizer.json"
-expect_error "run with tokenizer.json missing" ./dsv41 run -m "$tmp/notok" -p "hi"
-expect_error "a prompt longer than the context" ./dsv41 run -m "$tmp/m" -p "$(python3 -c 'print("word " * 3000)')"
-expect_error "invalid UTF-8 in the prompt" ./dsv41 run -m "$tmp/m" -p "$(printf 'bad \377 byte')"
-expect_error "a bad temperature" ./dsv41 run -m "$tmp/m" -p "hi" --temp -1
+expect_error "run with tokenizer.json missing" "$dsv41" run -m "$tmp/notok" -p "hi"
+expect_error "a prompt longer than the context" "$dsv41" run -m "$tmp/m" -p "$(python3 -c 'print("word " * 3000)')"
+expect_error "invalid UTF-8 in the prompt" "$dsv41" run -m "$tmp/m" -p "$(printf 'bad \377 byte')"
+expect_error "a bad temperature" "$dsv41" run -m "$tmp/m" -p "hi" --temp -1
 
 finish
