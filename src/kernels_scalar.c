@@ -12,11 +12,9 @@ static void scalar_dense(const weight *w, int64_t r0, int64_t r1, const float *x
             const float *xt = x + t * xstride;
             float acc = 0.0f;
             if (w->type == DT_F32) {
-                const float *p = (const float *)w->data + r * w->cols;
-                for (int64_t i = 0; i < w->cols; i++) acc += xt[i] * p[i];
+                for (int64_t i = 0; i < w->cols; i++) acc += xt[i] * f32_at(w->data, r * w->cols + i);
             } else if (w->type == DT_BF16) {
-                const uint16_t *p = (const uint16_t *)w->data + r * w->cols;
-                for (int64_t i = 0; i < w->cols; i++) acc += xt[i] * bf16_to_f32(p[i]);
+                for (int64_t i = 0; i < w->cols; i++) acc += xt[i] * bf16_to_f32(u16_at(w->data, r * w->cols + i));
             } else {
                 for (int64_t i = 0; i < w->cols; i++) acc += xt[i] * weight_get(w, r, i);
             }
