@@ -78,6 +78,8 @@ again=$("$dsv41" run --ids 2,17,47 -n 16 | head -n 1)
 [ "$again" = "$(printf '%s\n' "$out" | head -n 1)" ] && ok || bad "run is deterministic"
 out=$("$dsv41" run --ids 2 -n 3 2>&1); rc=$? # a one-token prefill has no compressed rows yet
 [ $rc -eq 0 ] && printf '%s\n' "$out" | head -n 1 | grep -qE '^[0-9]+,[0-9]+,[0-9]+$' && ok || bad "run of one prompt token: rc=$rc, '$out'"
+python3 -c 'import json, sys; c = json.load(open("models/tiny.json")); c.update(n_heads=1 << 20, head_dim=4096); json.dump(c, sys.stdout)' >"$tmp/wide.json"
+expect_error "a config whose n_heads*head_dim overflows" "$dsv41" synth --config "$tmp/wide.json" -o "$tmp/wide"
 expect_error "run past the context" "$dsv41" run --ids 2,17,47 -n 100
 expect_error "run with a bad id list" "$dsv41" run --ids 2,x
 expect_error "run with an id outside the vocabulary" "$dsv41" run --ids 2,64 -n 1
