@@ -7,7 +7,6 @@
  * that has not started (one a busy host has descheduled, or one still waking up), only for
  * ranges already taken, so a late worker costs a job at most its share, never a stall. */
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -68,15 +67,15 @@ static void run_ranges(uint64_t t) {
 }
 
 /* A decode step calls the pool a few hundred times with microseconds of serial work between
- * calls, and a prefill has stretches of a few milliseconds on one thread (routing, the Engram
- * hashes); waking a blocked worker costs a few hundred microseconds on a virtual machine. So
- * a waiting thread first spins (pause) for SPIN_NS, then keeps polling between sched_yield()s
- * up to YIELD_NS before it blocks: on an idle core the yield returns at once and the wait
- * stays as quick as a spin, while on a busy host it hands the core to whoever is runnable
- * (often the very thread the wait is for) instead of burning this thread's share of it. The
- * times are measured on the clock (a pause takes 16 ns on one CPU and 140 cycles on another). */
-#define SPIN_NS 20000
-#define YIELD_NS 3000000
+ * calls, so a thread that finishes a job spins (pause) for SPIN_NS before it blocks, and the next
+ * job finds it awake. It then blocks rather than spinning on: a prefill's stretches of a few
+ * milliseconds on one thread (routing, the Engram hashes) would make a long spin burn a core
+ * the caller or another process could use, and on a busy host every spinning thread takes a
+ * share of the CPUs from the threads doing work. A worker that wakes late (a few hundred
+ * microseconds on a virtual machine) costs little: the caller takes its ranges meanwhile.
+ * Yielding while polling was tried and was slower under load. Measured on the clock (a pause
+ * takes 16 ns on one CPU and 140 cycles on another). */
+#define SPIN_NS 50000
 
 static inline void relax(void) {
 #if defined(__x86_64__)
@@ -95,15 +94,16 @@ static int64_t mono_ns(void) {
 static int job_posted(uint64_t seen) { return TICKET_JOB(__atomic_load_n(&P.ticket, __ATOMIC_ACQUIRE)) != seen; }
 static int job_finished(uint64_t ranges) { return __atomic_load_n(&P.finished, __ATOMIC_ACQUIRE) == ranges; }
 
-/* Waits until done(arg), spinning then yielding; returns 0 if it gave up first. */
-static int poll_until(int (*done)(uint64_t), uint64_t arg) {
-    int64_t start = 0;
+/* Spins until done(arg) or for SPIN_NS; returns done(arg). */
+static int spin_until(int (*done)(uint64_t), uint64_t arg) {
+    int64_t until = 0;
     for (int i = 0; !done(arg); i++) {
-        if ((i & 63) != 63) { relax(); continue; }
-        int64_t t = mono_ns(); /* the clock costs about a pause: read it now and then */
-        if (!start) start = t;
-        else if (t - start > YIELD_NS) return done(arg);
-        else if (t - start > SPIN_NS) sched_yield();
+        relax();
+        if ((i & 63) == 63) { /* the clock costs about a pause: read it now and then */
+            int64_t t = mono_ns();
+            if (!until) until = t + SPIN_NS;
+            else if (t > until) return done(arg);
+        }
     }
     return 1;
 }
@@ -117,7 +117,7 @@ static void *worker(void *arg) {
             while (id >= P.n) pthread_cond_wait(&P.grow, &P.mu);
             pthread_mutex_unlock(&P.mu);
         }
-        if (!poll_until(job_posted, seen)) {
+        if (!spin_until(job_posted, seen)) {
             pthread_mutex_lock(&P.mu);
             __atomic_add_fetch(&P.sleepers, 1, __ATOMIC_SEQ_CST);
             while (!job_posted(seen)) pthread_cond_wait(&P.work, &P.mu);
@@ -186,7 +186,7 @@ void pool_run(int64_t n, int64_t min_per_thread, pool_fn fn, void *ctx) {
         pthread_mutex_unlock(&P.mu);
     }
     run_ranges(ticket);
-    if (!poll_until(job_finished, (uint64_t)ranges)) {
+    if (!spin_until(job_finished, (uint64_t)ranges)) {
         pthread_mutex_lock(&P.mu);
         __atomic_store_n(&P.owner_sleeps, 1, __ATOMIC_SEQ_CST);
         while (!job_finished((uint64_t)ranges)) pthread_cond_wait(&P.done, &P.mu);
