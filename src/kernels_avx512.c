@@ -77,6 +77,15 @@ INL __m512i treduce_epi32(__m512i a, __m512i b, __m512i c, __m512i d) {
     return _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
 }
 
+/* The sum of v's 16 lanes, wrapping (the compiler's _mm512_reduce_add_epi32 is plain int
+ * arithmetic, undefined when it overflows) */
+INL int32_t hsum_epi32(__m512i v) {
+    __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1))));
+}
+
 /* [sum of a's 16 lanes, b's, c's, d's] */
 INL __m128 treduce_ps(__m512 a, __m512 b, __m512 c, __m512 d) {
     __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
@@ -276,7 +285,8 @@ INL int fp4_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0,
             __m512i re = to_digits(ke, &p->dig[g][0][16 * q], &p->dig[g][2][16 * q], &p->dig[g][4][16 * q]);
             __m512i ro = to_digits(ko, &p->dig[g][1][16 * q], &p->dig[g][3][16 * q], &p->dig[g][5][16 * q]);
             any_r |= _mm512_test_epi32_mask(_mm512_or_si512(re, ro), _mm512_or_si512(re, ro));
-            cq[q] = 12 * _mm512_reduce_add_epi32(_mm512_add_epi32(ke, ko));
+            /* wraps (unsigned) only for inputs out of range, which then fail ok and go elsewhere */
+            cq[q] = (int32_t)(12u * (uint32_t)hsum_epi32(_mm512_add_epi32(ke, ko)));
             sq[q] = 4 * g + q < nblk ? xst[b] : 0.0f;
             small |= fabsf(sq[q]) < 0x1p-116f && sq[q] != 0.0f;
         }
