@@ -162,14 +162,7 @@ static void test_resident_memory(void) {
     long anon1 = status_kb("RssAnon:"), file1 = status_kb("RssFile:");
     printf("resident after load: +%ld kB anonymous, +%ld kB file-backed (model files about 100000 kB)\n", anon1 - anon0,
            file1 - file0);
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-#ifdef UNDER_ASAN /* its allocator's own bookkeeping is resident memory too */
+#ifdef TEST_ASAN
     printf("resident memory after load not checked under AddressSanitizer\n");
 #else
     CHECK(anon1 - anon0 < 4096 && file1 - file0 < 4096, "loading maps the tensors instead of reading them");
