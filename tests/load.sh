@@ -27,7 +27,7 @@ done
 # the same prompt decoded at 1 thread and at the default count, one after the other
 for t in 1 default; do
     if [ $t = default ]; then flags=""; else flags="-t $t"; fi
-    timeout 60 "$dsv41" run -m "$tmp/m" --ids 2,17,47 -n 96 $flags >"$tmp/out.$t" 2>"$tmp/err.$t"; rc=$?
+    timeout 120 "$dsv41" run -m "$tmp/m" --ids 2,17,47 -n 64 $flags >"$tmp/out.$t" 2>"$tmp/err.$t"; rc=$?
     [ $rc -eq 0 ] && ok || bad "decode at $t threads under load: rc=$rc, $(head -c 300 "$tmp/err.$t")"
 done
 speed() { sed -n 's/.*generated: [0-9]* tokens, \([0-9.]*\) tok\/s$/\1/p' "$tmp/out.$1"; }
