@@ -21,6 +21,10 @@ all: $(PROGRAM)
 $(BUILD)/%.o: src/%.c $(wildcard src/*.h) include/dsv41.h | $(BUILD)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# the sampler's exp loop vectorizes only with the full vectorizer and no FP-trap ordering
+# (neither changes a result: no fast-math, no contraction)
+$(BUILD)/sampler.o: override CFLAGS += -O3 -fno-trapping-math
+
 $(BUILD)/embed: tools/embed.c | $(BUILD)
 	$(CC) $(CFLAGS) $< -o $@
 
@@ -33,8 +37,17 @@ $(BUILD)/tiny_model.o: $(BUILD)/tiny_model.c
 $(BUILD)/libdsv41.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-$(PROGRAM): $(wildcard cli/*.c cli/*.h) $(BUILD)/libdsv41.a
-	$(CC) $(CFLAGS) $(wildcard cli/*.c) $(BUILD)/libdsv41.a $(LDLIBS) $(CLI_LDLIBS) -o $@
+# ---- the HTTP server (`dsv41 serve`): its own folder, linked into the program only; the chat
+# page's files (server/ui/NAME.EXT) are embedded as the arrays ui_NAME_EXT
+SERVER_SRC    = $(wildcard server/*.c)
+SERVER_UI     = $(patsubst server/ui/%,$(BUILD)/ui_%.c,$(wildcard server/ui/*))
+SERVER_LDLIBS = -lmicrohttpd
+
+$(BUILD)/ui_%.c: server/ui/% $(BUILD)/embed
+	$(BUILD)/embed $< ui_$(subst .,_,$*) > $@.tmp && mv $@.tmp $@
+
+$(PROGRAM): $(wildcard cli/*.c cli/*.h) $(SERVER_SRC) $(SERVER_UI) $(wildcard server/*.h) $(BUILD)/libdsv41.a
+	$(CC) $(CFLAGS) -Icli $(wildcard cli/*.c) $(SERVER_SRC) $(SERVER_UI) $(BUILD)/libdsv41.a $(LDLIBS) $(CLI_LDLIBS) $(SERVER_LDLIBS) -o $@
 
 # dsv41-mpi: the same program with the model split across MPI ranks (`make dsv41-mpi`, needs
 # mpicc). mpi/main.c starts MPI and runs the command line on rank 0, so the CLI's main is
@@ -45,8 +58,9 @@ CLI_SRC = $(wildcard cli/*.c)
 $(BUILD)/mpi_cli_%.o: cli/%.c $(wildcard cli/*.h) include/dsv41.h | $(BUILD)
 	$(CC) $(CFLAGS) -Dmain=dsv41_cli_main -c $< -o $@
 
-dsv41-mpi: mpi/main.c $(CLI_SRC:cli/%.c=$(BUILD)/mpi_cli_%.o) $(BUILD)/libdsv41.a
-	$(MPICC) $(CFLAGS) mpi/main.c $(CLI_SRC:cli/%.c=$(BUILD)/mpi_cli_%.o) $(BUILD)/libdsv41.a $(LDLIBS) $(CLI_LDLIBS) -o $@
+dsv41-mpi: mpi/main.c $(CLI_SRC:cli/%.c=$(BUILD)/mpi_cli_%.o) $(SERVER_SRC) $(SERVER_UI) $(wildcard server/*.h) $(BUILD)/libdsv41.a
+	$(MPICC) $(CFLAGS) -Icli mpi/main.c $(CLI_SRC:cli/%.c=$(BUILD)/mpi_cli_%.o) $(SERVER_SRC) $(SERVER_UI) $(BUILD)/libdsv41.a \
+		$(LDLIBS) $(CLI_LDLIBS) $(SERVER_LDLIBS) -o $@
 
 $(BUILD)/test_%: tests/test_%.c tests/testing.h $(BUILD)/libdsv41.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libdsv41.a $(LDLIBS) -o $@
@@ -71,7 +85,41 @@ tsan:
 test-mpi: dsv41 dsv41-mpi
 	tests/mpi.sh
 
+# ---- fuzzing: libFuzzer harnesses (tests/fuzz/fuzz_*.c) over the library built with clang,
+# ASan and UBSan. `make fuzz-smoke` runs each for 20 s from seeds made of the shared data (CI);
+# `tests/fuzz/run.sh SECONDS [HARNESS...]` runs them for as long as wanted (README).
+FUZZ_CC      = clang
+FUZZ_SAN     = -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_CFLAGS  = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -ffp-contract=off -Iinclude -Isrc -g -O1 \
+               -fno-omit-frame-pointer $(FUZZ_SAN)
+FUZZ_LIB_OBJ = $(LIB_SRC:src/%.c=build/fuzz/%.o) build/fuzz/tiny_model.o
+FUZZ_TARGETS = $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+
+build/fuzz/%.o: src/%.c $(wildcard src/*.h) include/dsv41.h | build/fuzz
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+# the SIMD kernel sets take minutes of CPU to compile under the sanitizers and only ever see
+# shapes the loader checked: they are built uninstrumented here
+build/fuzz/kernels_avx2.o build/fuzz/kernels_avx512.o build/fuzz/kernels_neon.o: FUZZ_SAN =
+
+build/fuzz/tiny_model.o: build/tiny_model.c | build/fuzz
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+
+build/fuzz/libdsv41.a: $(FUZZ_LIB_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h build/fuzz/libdsv41.a
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< build/fuzz/libdsv41.a $(LDLIBS) -o $@
+
+build/fuzz:
+	mkdir -p build/fuzz
+
+fuzz: $(FUZZ_TARGETS)
+
+fuzz-smoke: dsv41 fuzz
+	tests/fuzz/run.sh 20
+
 clean:
 	rm -rf build dsv41 dsv41-mpi
 
-.PHONY: all test test-mpi sanitize tsan clean
+.PHONY: all test test-mpi sanitize tsan clean fuzz fuzz-smoke

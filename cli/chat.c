@@ -6,7 +6,7 @@
  * tokens already in the caches are never prefilled again. Ctrl-C ends the reply being
  * generated, never the program. */
 #include <editline/readline.h>
-#include <signal.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,9 +24,6 @@ typedef struct {
     int n_stops;
 } gen_opts;
 
-static volatile sig_atomic_t interrupted;
-static void on_sigint(int sig) { (void)sig; interrupted = 1; }
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -38,13 +35,28 @@ static int fail(const char *what) {
     return 1;
 }
 
+/* A number in [lo, hi] (NaN and infinities are in no range). Returns 0, or -1 after a message. */
 static int num(const char *flag, const char *v, double lo, double hi, double *out) {
     char *end;
     *out = strtod(v, &end);
-    if (*end || end == v || *out < lo || *out > hi) {
+    if (*end || end == v || !(*out >= lo && *out <= hi)) {
         fprintf(stderr, "dsv41: %s wants a number in [%g, %g], not '%s'\n", flag, lo, hi, v);
         return -1;
     }
+    return 0;
+}
+
+/* An integer in [0, hi], digits only. Returns 0, or -1 after a message. */
+static int whole(const char *flag, const char *v, uint64_t lo, uint64_t hi, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long u = v[0] >= '0' && v[0] <= '9' ? strtoull(v, &end, 10) : 0;
+    if (!(v[0] >= '0' && v[0] <= '9') || *end || errno || u < lo || u > hi) {
+        fprintf(stderr, "dsv41: %s wants an integer from %llu to %llu, not '%s'\n", flag, (unsigned long long)lo,
+                (unsigned long long)hi, v);
+        return -1;
+    }
+    *out = u;
     return 0;
 }
 
@@ -55,19 +67,20 @@ static int parse(int argc, char **argv, gen_opts *o, int allow_prompt) {
     for (int i = 0; i < argc; i += 2) { /* every flag takes a value */
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double d;
+        uint64_t u;
         if (!v) { fprintf(stderr, "dsv41: '%s' needs a value or is unknown\n", f); return 2; }
         if (!strcmp(f, "-m")) o->dir = v;
         else if (!strcmp(f, "-p") && allow_prompt) o->prompt = v;
         else if (!strcmp(f, "--system")) o->system = v;
         else if (!strcmp(f, "--think")) o->think = v;
         else if (!strcmp(f, "--stop") && o->n_stops < 8) o->stops[o->n_stops++] = v;
-        else if (!strcmp(f, "-n")) { if (num(f, v, 0, 1e9, &d)) return 2; o->n_new = (long)d; }
+        else if (!strcmp(f, "-n")) { if (whole(f, v, 0, INT32_MAX, &u)) return 2; o->n_new = (long)u; }
         else if (!strcmp(f, "--temp")) { if (num(f, v, 0, 100, &d)) return 2; o->sp.temperature = (float)d; }
-        else if (!strcmp(f, "--top-k")) { if (num(f, v, 0, 1e9, &d)) return 2; o->sp.top_k = (int32_t)d; }
+        else if (!strcmp(f, "--top-k")) { if (whole(f, v, 0, INT32_MAX, &u)) return 2; o->sp.top_k = (int32_t)u; }
         else if (!strcmp(f, "--top-p")) { if (num(f, v, 1e-6, 1, &d)) return 2; o->sp.top_p = (float)d; }
         else if (!strcmp(f, "--min-p")) { if (num(f, v, 0, 1, &d)) return 2; o->sp.min_p = (float)d; }
-        else if (!strcmp(f, "--seed")) { if (num(f, v, 0, 1.8e19, &d)) return 2; o->sp.seed = (uint64_t)d; }
-        else if (!strcmp(f, "-t")) { if (num(f, v, 1, 256, &d) || dsv41_set_threads((int32_t)d)) return 2; }
+        else if (!strcmp(f, "--seed")) { if (whole(f, v, 0, UINT64_MAX, &u)) return 2; o->sp.seed = u; }
+        else if (!strcmp(f, "-t")) { if (whole(f, v, 1, 256, &u) || dsv41_set_threads((int32_t)u)) return 2; }
         else { fprintf(stderr, "dsv41: unknown flag '%s'\n", f); return 2; }
     }
     if (!o->dir) { fprintf(stderr, "dsv41: give the checkpoint directory with -m DIR\n"); return 2; }
@@ -95,6 +108,7 @@ static char *render(const gen_opts *o, const char *const *msgs, int n) {
     size_t cap = 256;
     for (int i = 0; i < 2 * n; i++) cap += 6 * strlen(msgs[i]) + 64;
     if (o->system) cap += 6 * strlen(o->system) + 64;
+    if (o->think) cap += 6 * strlen(o->think) + 64;
     char *js = malloc(cap), *tmp = malloc(cap);
     if (!js || !tmp) { free(js); free(tmp); return NULL; }
     size_t w = (size_t)snprintf(js, cap, "{\"messages\": [");
@@ -112,7 +126,10 @@ static char *render(const gen_opts *o, const char *const *msgs, int n) {
     if (o->think) {
         char *end;
         long effort = strtol(o->think, &end, 10);
-        if (*end) w += (size_t)snprintf(js + w, cap - w, "], \"options\": {\"thinking_mode\": \"thinking\", \"reasoning_effort\": \"%s\"}}", o->think);
+        if (*end || end == o->think) {
+            json_str(o->think, tmp, (long)cap);
+            w += (size_t)snprintf(js + w, cap - w, "], \"options\": {\"thinking_mode\": \"thinking\", \"reasoning_effort\": %s}}", tmp);
+        }
         else w += (size_t)snprintf(js + w, cap - w, "], \"options\": {\"thinking_mode\": \"thinking\", \"reasoning_effort\": %ld}}", effort);
     } else {
         w += (size_t)snprintf(js + w, cap - w, "], \"options\": {\"thinking_mode\": \"chat\"}}");
@@ -140,7 +157,9 @@ static void progress(void *ctx, int32_t done, int32_t total) {
     if (done == total) fprintf(stderr, "\r%*s\r", 24, "");
 }
 
-/* Tokenizes text (special-token spellings included) and feeds it. */
+/* Tokenizes text (special-token spellings included) and feeds it. Returns 0, 1 after an error
+ * message, or 2 when a signal stopped it (a stopped prefill leaves the session empty, a stopped
+ * append leaves part of the text in it). */
 static int feed_text(chat_state *c, const char *text) {
     int64_t n = dsv41_tokenize(c->tk, text, strlen(text), 1, NULL, 0);
     if (n < 0) return fail(dsv41_error());
@@ -155,10 +174,11 @@ static int feed_text(chat_state *c, const char *text) {
     dsv41_tokenize(c->tk, text, strlen(text), 1, ids, n);
     dsv41_session_set_progress(c->s, n >= 64 && isatty(2) ? progress : NULL, NULL);
     double t0 = now_s();
-    int rc = dsv41_session_forward(c->s, ids, (int32_t)n, c->logits, NULL);
+    int rc = cli_signal ? -1 : dsv41_session_forward(c->s, ids, (int32_t)n, c->logits, NULL);
     c->prompt_s += now_s() - t0;
     c->prompt_tokens += (int32_t)n;
     free(ids);
+    if (rc && cli_signal) return fprintf(stderr, "\r%*s\r", 24, ""), 2;
     return rc ? fail(dsv41_error()) : 0;
 }
 
@@ -182,16 +202,19 @@ static int reply(chat_state *c, const gen_opts *o) {
     dsv41_utf8_stream st = {{0}, 0};
     long limit = o->n_new >= 0 ? o->n_new : (long)c->ctx;
     int ended = 0;
-    interrupted = 0;
     double t0 = now_s();
-    for (long i = 0; i < limit && !interrupted; i++) {
+    for (long i = 0; i < limit && !cli_signal; i++) {
         int32_t next = dsv41_sample(c->smp, c->logits);
         if (next == c->eos) { ended = 1; break; }
         if (dsv41_session_pos(c->s) + 1 >= c->ctx) {
             fprintf(stderr, "\ndsv41: the context of %d tokens is full\n", c->ctx);
             break;
         }
-        if (dsv41_session_forward(c->s, &next, 1, c->logits, NULL)) { free(text); return fail(dsv41_error()), -1; }
+        if (dsv41_session_forward(c->s, &next, 1, c->logits, NULL)) {
+            if (cli_signal) break; /* the signal cancelled this step: the reply ends here */
+            free(text);
+            return fail(dsv41_error()), -1;
+        }
         c->gen_tokens++;
         int64_t n = dsv41_detokenize(c->tk, &st, next, out, sizeof out);
         if (n < 0) n = 0;
@@ -214,7 +237,8 @@ static int reply(chat_state *c, const gen_opts *o) {
         fflush(stdout);
         if (stop) break;
     }
-    if (!ended && len > printed) fwrite(text + printed, 1, len - printed, stdout);
+    if (len > printed) fwrite(text + printed, 1, len - printed, stdout); /* what could have begun a stop string */
+    if (st.n > 0) fputs("\xEF\xBF\xBD", stdout); /* a character the reply cut */
     printf("\n");
     fflush(stdout);
     c->gen_s += now_s() - t0;
@@ -245,19 +269,25 @@ static int open_chat(chat_state *c, const gen_opts *o) {
     c->logits = malloc((size_t)c->V * sizeof *c->logits);
     if (!(c->smp = dsv41_sampler_new(&o->sp, c->V))) return fail(dsv41_error());
     if (!(c->s = dsv41_session_new(c->m)) || !c->logits) return fail(dsv41_error());
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sigaction(SIGINT, &sa, NULL);
+    cli_cancel_target(c->s);
     return 0;
 }
 
 static void close_chat(chat_state *c) {
+    cli_cancel_target(NULL);
     free(c->logits);
     dsv41_sampler_free(c->smp);
     dsv41_session_free(c->s);
     dsv41_tokenizer_free(c->tk);
     dsv41_model_free(c->m);
+}
+
+/* 1 when the user's text is valid UTF-8; else 0 after a message naming the offset in it (not
+ * in the rendered prompt, which the user never saw). */
+static int checked_utf8(chat_state *c, const char *what, const char *text) {
+    if (dsv41_tokenize(c->tk, text, strlen(text), 0, NULL, 0) >= 0) return 1;
+    fprintf(stderr, "dsv41: the %s text: %s\n", what, dsv41_error());
+    return 0;
 }
 
 int cmd_run_text(int argc, char **argv) {
@@ -266,14 +296,18 @@ int cmd_run_text(int argc, char **argv) {
     if (rc) return rc;
     if (!o.prompt) { fprintf(stderr, "dsv41: run needs -p TEXT (or --ids)\n"); return 2; }
     chat_state c;
+    cli_catch_signals(1);
     if (open_chat(&c, &o)) { close_chat(&c); return 1; }
     const char *msgs[2] = {"user", o.prompt};
-    char *text = render(&o, msgs, 1);
-    rc = text ? feed_text(&c, text) : fail(dsv41_error());
+    char *text = NULL;
+    if (!checked_utf8(&c, "-p", o.prompt) || (o.system && !checked_utf8(&c, "--system", o.system))) rc = 1;
+    else if (!(text = render(&o, msgs, 1))) rc = fail(dsv41_error());
+    else rc = feed_text(&c, text);
     free(text);
     if (rc == 0 && reply(&c, &o) < 0) rc = 1;
-    if (rc == 0) stats(&c);
+    if (rc == 0 && !cli_signal) stats(&c);
     close_chat(&c);
+    if (cli_signal) { fprintf(stderr, "dsv41: interrupted\n"); return 128 + cli_signal; }
     return rc;
 }
 
@@ -288,31 +322,44 @@ static char *turn_text(const gen_opts *o, const char *user) {
     return t;
 }
 
+/* A new empty session in place of the conversation's. Returns 0, or 1 after a message. */
+static int restart(chat_state *c) {
+    cli_cancel_target(NULL); /* the handler must never see the session being freed */
+    dsv41_session_free(c->s);
+    c->s = dsv41_session_new(c->m);
+    if (!c->s) return fail(dsv41_error());
+    cli_cancel_target(c->s);
+    return 0;
+}
+
 int cmd_chat(int argc, char **argv) {
     gen_opts o;
     int rc = parse(argc, argv, &o, 0);
     if (rc) return rc;
     chat_state c;
+    cli_catch_signals(0);
     if (open_chat(&c, &o)) { close_chat(&c); return 1; }
     int tty = isatty(0), started = 0;
+    char *buf = NULL;
+    size_t buf_cap = 0;
     if (tty) fprintf(stderr, "dsv41 chat: /reset starts over, /quit leaves, Ctrl-C stops a reply\n");
     for (;;) {
-        interrupted = 0;
-        char *line = tty ? readline("> ") : NULL, buf[8192];
-        if (!tty) {
-            if (!fgets(buf, sizeof buf, stdin)) break;
-            buf[strcspn(buf, "\n")] = 0;
+        cli_signal = 0;
+        char *line = tty ? readline("> ") : NULL;
+        if (!tty) { /* one turn per line, however long */
+            ssize_t got = getline(&buf, &buf_cap, stdin);
+            if (got < 0) break;
+            if (got > 0 && buf[got - 1] == '\n') buf[got - 1] = 0;
             line = strdup(buf);
         }
         if (!line) break;
         if (tty && *line) add_history(line);
         if (!strcmp(line, "/quit")) { free(line); break; }
         if (!strcmp(line, "/reset")) {
-            dsv41_session_free(c.s);
-            c.s = dsv41_session_new(c.m);
+            free(line);
+            if (restart(&c)) { rc = 1; break; }
             started = 0;
             fprintf(stderr, "(conversation cleared)\n");
-            free(line);
             continue;
         }
         if (!*line) { free(line); continue; }
@@ -322,10 +369,16 @@ int cmd_chat(int argc, char **argv) {
         if (!text) { fail(dsv41_error()); continue; }
         int frc = feed_text(&c, text);
         free(text);
+        if (frc == 2 && started) { /* part of the turn is in the caches: the conversation cannot go on */
+            if (restart(&c)) { rc = 1; break; }
+            started = 0;
+            fprintf(stderr, "(interrupted: conversation cleared)\n");
+        }
         if (frc) continue;
         started = 1;
         if (reply(&c, &o) < 0) { rc = 1; break; }
     }
+    free(buf);
     stats(&c);
     close_chat(&c);
     return rc;

@@ -1,5 +1,6 @@
 /* main.c - the dsv41 command-line program. It uses only the public header. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,8 @@ static int usage(void) {
             "      [--think low|high|max|N] [--system TEXT] [--stop STR] [-t THREADS]\n"
             "                              answer one user message, streaming the reply\n"
             "  chat -m DIR [the same options]   an interactive conversation (/reset, /quit; Ctrl-C stops a reply)\n"
+            "  serve -m DIR [--host 127.0.0.1] [--port 8080] [-np N] [-c CTX] [-t N] [--api-key KEY] [--timeout S] [--queue N]\n"
+            "                              an OpenAI-compatible HTTP server (chat, completions, streaming, tool calls)\n"
             "  convert --golden GOLDEN.json --dtype bf16|fp8 -o DIR\n"
             "                              write the golden's model as a checkpoint in the release layout\n"
             "  synth --config FILE -o DIR [--dtype bf16|fp8]\n"
@@ -91,9 +94,10 @@ static int cmd_convert(int argc, char **argv) {
     }
     dsv41_golden *g = dsv41_golden_load(golden);
     if (!g) return fail(dsv41_error());
-    int rc = dsv41_convert_golden(g, dtype, out);
+    cli_catch_signals(1);
+    int rc = dsv41_convert_golden(g, dtype, out, &cli_signal);
     dsv41_golden_free(g);
-    return rc ? fail(dsv41_error()) : 0;
+    return cli_signal ? 128 + cli_signal : rc ? fail(dsv41_error()) : 0;
 }
 
 /* The release checkpoint has 48 shards; a skeleton is sharded the same way. */
@@ -115,8 +119,10 @@ static int cmd_synth(int argc, char **argv) {
                         "       dsv41 synth --skeleton --config RELEASE_CONFIG.json -o DIR\n");
         return 2;
     }
-    if (skeleton) return dsv41_synth_skeleton(cfg, RELEASE_SHARDS, out) ? fail(dsv41_error()) : 0;
-    return dsv41_synth(cfg, dtype ? dtype : "bf16", out) ? fail(dsv41_error()) : 0;
+    cli_catch_signals(1);
+    int rc = skeleton ? dsv41_synth_skeleton(cfg, RELEASE_SHARDS, out)
+                      : dsv41_synth(cfg, dtype ? dtype : "bf16", out, &cli_signal);
+    return cli_signal ? 128 + cli_signal : rc ? fail(dsv41_error()) : 0;
 }
 
 static int cmd_bench(int argc, char **argv) {
@@ -188,9 +194,11 @@ static int cmd_run(int argc, char **argv) {
             n_ids = parse_ids(argv[++i], ids, 4096);
             if (n_ids <= 0) return fail("run: --ids wants comma-separated non-negative integers");
         } else if (!strcmp(argv[i], "-n") && i + 1 < argc) {
-            char *end;
-            n_new = strtol(argv[++i], &end, 10);
-            if (*end || n_new < 0) return fail("run: -n wants a non-negative integer");
+            char *end, *v = argv[++i];
+            errno = 0;
+            n_new = strtol(v, &end, 10);
+            if (end == v || *end || errno || n_new < 0 || n_new > INT32_MAX) /* the context check adds it to ints */
+                return fail("run: -n wants an integer from 0 to 2147483647");
         } else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
             int32_t t = parse_threads(argv[++i]);
             if (!t || dsv41_set_threads(t)) return 2;
@@ -243,6 +251,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "synth")) return cmd_synth(argc - 2, argv + 2);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(argv[1], "chat")) return cmd_chat(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "serve")) return cmd_serve(argc - 2, argv + 2);
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) { usage(); return 0; }
     fprintf(stderr, "dsv41: unknown command '%s' (dsv41 --help lists them)\n", argv[1]);
     return 2;

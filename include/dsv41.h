@@ -15,6 +15,8 @@
 #ifndef DSV41_H
 #define DSV41_H
 
+#include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -65,6 +67,12 @@ int dsv41_session_forward(dsv41_session *s, const int32_t *ids, int32_t n, float
 int dsv41_session_forward_all(dsv41_session *s, const int32_t *ids, int32_t n, float *logits);
 /* Calls fn after each layer of every forward (a progress line for long prefills). */
 void dsv41_session_set_progress(dsv41_session *s, void (*fn)(void *ctx, int32_t done, int32_t total), void *ctx);
+/* Asks the forward call running on s to stop; safe from any thread and from a signal handler.
+ * A prefill stops between layers and leaves the session empty (position 0); an append stops
+ * between tokens and keeps the tokens fed so far (dsv41_session_pos). The stopped call returns
+ * -1 with dsv41_error() "forward: cancelled". A request made while no call runs has no
+ * effect, and neither has one on a model split over ranks (its ranks run every call in step). */
+void dsv41_session_cancel(dsv41_session *s);
 
 /* ---- benchmark: decode and prefill speed against the machine's triad bandwidth and FMA peak,
  * measured in the same run, at 1 thread and at `threads` (<= 0: one per core). json != 0
@@ -126,11 +134,15 @@ int dsv41_golden_check(const dsv41_golden *g, const dsv41_model *m, FILE *report
 /* Writes the golden's fixture model as a checkpoint directory in the release layout. dtype
  * "bf16" keeps every value the filler's; "fp8" stores dense weights as e4m3 with 32x32 e8m0
  * scales and routed experts as packed e2m1 with per-32 e8m0 scales, as the release does. The
- * directory appears whole (written under a temporary name, then renamed) or not at all. */
-int dsv41_convert_golden(const dsv41_golden *g, const char *dtype, const char *out_dir);
+ * directory appears whole (written under a temporary name, synced, then renamed) or not at
+ * all. Tensors are written one at a time, so memory stays near the largest tensor. cancel, when
+ * not NULL, is polled between tensors (a signal handler may set it): once non-zero, the
+ * temporary directory is removed and -1 returned with "convert: cancelled". */
+int dsv41_convert_golden(const dsv41_golden *g, const char *dtype, const char *out_dir, const volatile sig_atomic_t *cancel);
 /* Writes a checkpoint of any geometry with filler weights (the golden generator's naming rule)
- * in the release formats. config_path is a fixture-shaped JSON config such as models/tiny.json. */
-int dsv41_synth(const char *config_path, const char *dtype, const char *out_dir);
+ * in the release formats, as dsv41_convert_golden does. config_path is a fixture-shaped JSON
+ * config such as models/tiny.json. */
+int dsv41_synth(const char *config_path, const char *dtype, const char *out_dir, const volatile sig_atomic_t *cancel);
 /* Writes the layout of the release checkpoint that config_path (a release config.json, served or
  * flat form, copied verbatim) describes: every tensor with its real name, dtype and shape, in
  * n_shards shards with the Engram tables last, and every data region a hole of a sparse file
@@ -171,6 +183,47 @@ int64_t dsv41_detokenize(const dsv41_tokenizer *t, dsv41_utf8_stream *st, int32_
  * the schema of chat_vectors.json, to the prompt text. Returns a malloc'd NUL-terminated
  * string, or NULL with dsv41_error() for an invalid case. */
 char *dsv41_chat_render(const char *case_json, size_t len);
+
+/* A generated reply's parts, as byte offsets into its text: the reasoning text[0,
+ * reasoning_end) (thinking mode: the prompt ended with <think>), the answer text[content_start,
+ * content_end), and a DSML tool-call block from calls_start on (-1: none). Without
+ * DSV41_REPLY_FINAL the reply is still streaming: a tail that could grow into a marker (and,
+ * with tools, whitespace before a possible block) is left out of both parts, so that the parts
+ * of a longer text only ever extend those of a shorter one. */
+typedef struct {
+    int64_t reasoning_end;
+    int64_t content_start, content_end;
+    int64_t calls_start;
+} dsv41_reply_parts;
+enum { DSV41_REPLY_THINKING = 1, DSV41_REPLY_TOOLS = 2, DSV41_REPLY_FINAL = 4 };
+void dsv41_chat_reply_parts(const char *text, size_t len, int flags, dsv41_reply_parts *out);
+/* The calls of a tool-call block (text starting at calls_start) as a JSON array
+ * [{"name": N, "arguments": "JSON object text"}, ...], malloc'd; NULL with dsv41_error() when
+ * the block is malformed or holds no complete call. */
+char *dsv41_chat_reply_calls(const char *text, size_t len);
+
+/* ---- JSON reading (the library's own parser, for programs that take JSON requests) */
+typedef struct dsv41_json dsv41_json;
+typedef enum { DSV41_JSON_NULL, DSV41_JSON_BOOL, DSV41_JSON_NUM, DSV41_JSON_STR, DSV41_JSON_ARR, DSV41_JSON_OBJ } dsv41_json_type;
+/* Parses len bytes of JSON text (nesting depth is bounded); NULL with dsv41_error() naming the
+ * problem and its byte offset. Free the root with dsv41_json_free; nodes live as long as it. */
+dsv41_json *dsv41_json_parse(const char *text, size_t len);
+void dsv41_json_free(dsv41_json *root);
+/* The type of v; a NULL v (an absent member) reads as DSV41_JSON_NULL. */
+dsv41_json_type dsv41_json_type_of(const dsv41_json *v);
+/* Member key of an object (the first one of that name), or NULL (absent, or not an object). */
+const dsv41_json *dsv41_json_get(const dsv41_json *obj, const char *key);
+/* Item i of an array, or the value of member i of an object (its key: dsv41_json_key), or NULL. */
+const dsv41_json *dsv41_json_at(const dsv41_json *v, size_t i);
+/* Items of an array or members of an object; bytes of a string; 0 otherwise. */
+size_t dsv41_json_len(const dsv41_json *v);
+/* The key of member i of an object, or NULL. */
+const char *dsv41_json_key(const dsv41_json *obj, size_t i);
+/* A string's NUL-terminated UTF-8 (it may hold NULs: see dsv41_json_len), or NULL. */
+const char *dsv41_json_str(const dsv41_json *v);
+/* A number's value (a boolean as 0 or 1; 0 for other types). *is_int, when not NULL, says
+ * whether the literal was an integer that fits 64 bits. */
+double dsv41_json_num(const dsv41_json *v, int *is_int);
 
 #ifdef __cplusplus
 }

@@ -279,7 +279,8 @@ void attention(dsv41_session *s, int32_t l, const float *x, int64_t T, float *ou
     int32_t G = c->o_groups, orank = c->o_lora_rank, gw = H * hd / G, pos = s->pos;
     const rope_table *rt = ratio ? &m->rope_yarn : &m->rope_plain;
     int64_t clen = ratio ? (pos + T) / ratio : 0;
-    int32_t wwidth = pos == 0 ? (int32_t)(T < W ? T : W) : W, cmax = ratio ? c->index_topk : 0;
+    /* the indexer's top-k never holds more than the compressed entries so far */
+    int32_t wwidth = pos == 0 ? (int32_t)(T < W ? T : W) : W, cmax = (int32_t)(c->index_topk < clen ? c->index_topk : clen);
     int32_t stride = wwidth + cmax;
     scratch_mark mark = scratch_begin();
     float *qr = scratch_f32(T * c->q_lora_rank), *q = scratch_f32(T * H * hd), *kv = scratch_f32(T * hd);

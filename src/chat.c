@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "tokenizer.h"
 #include "model.h"
 
 #define BOS "<｜begin▁of▁sentence｜>"
@@ -595,14 +596,165 @@ static char *render(convo *c, const json *root) {
     return b.p;
 }
 
+/* Every string of the case (keys too) must be text the prompt can hold: valid UTF-8 with no NUL,
+ * since a \u0000 would cut the prompt and a lone surrogate escape or a raw invalid byte would
+ * reach the tokenizer. path names the value for the error ("messages[0].content"). */
+static int check_strings(const json *j, char *path, size_t cap) {
+    size_t at = strlen(path);
+    const char *why;
+    if (j->type == JSON_STR) {
+        if (strlen(j->str) != j->len) return set_error("chat: %s holds a NUL character", path);
+        size_t bad = utf8_invalid_at(j->str, j->len, &why);
+        if (bad != j->len) return set_error("chat: %s: invalid UTF-8 at byte offset %zu%s", path, bad, why);
+    }
+    if (j->type != JSON_ARR && j->type != JSON_OBJ) return 0;
+    for (size_t i = 0; i < j->len; i++) {
+        if (j->keys) {
+            if (utf8_invalid_at(j->keys[i], strlen(j->keys[i]), &why) != strlen(j->keys[i]))
+                return set_error("chat: a key in %s is not valid UTF-8", at ? path : "the case");
+            snprintf(path + at, cap - at, "%s%s", at ? "." : "", j->keys[i]);
+        } else {
+            snprintf(path + at, cap - at, "[%zu]", i);
+        }
+        if (check_strings(&j->items[i], path, cap)) return -1;
+        path[at] = 0;
+    }
+    return 0;
+}
+
 char *dsv41_chat_render(const char *case_json, size_t len) {
-    char err[256];
+    char err[256], path[256] = "";
     json *root = json_parse(case_json, len, err, sizeof err);
     if (!root) { set_error("chat: %s", err); return NULL; }
+    if (check_strings(root, path, sizeof path)) { json_free(root); return NULL; }
     convo c = {0};
     char *out = render(&c, root);
     free(c.turns);
     free(c.blocks);
     json_free(root);
     return out;
+}
+
+/* ---- generated replies: reasoning, answer and tool calls apart
+ *
+ * The model writes its reasoning up to </think> (in thinking mode the prompt ends with
+ * <think>), then the answer, then possibly a DSML calls block. While a reply streams, the tail
+ * that could still become a marker is held back, and so is trailing whitespace before a
+ * possible calls block, so that what was shown never has to be taken back. */
+
+static const char calls_open[] = "<" DSML " calls>";
+
+/* The first occurrence of marker in text[from, len), or -1. */
+static int64_t find_marker(const char *text, size_t len, size_t from, const char *marker) {
+    size_t m = strlen(marker);
+    for (size_t i = from; i + m <= len; i++)
+        if (text[i] == marker[0] && !memcmp(text + i, marker, m)) return (int64_t)i;
+    return -1;
+}
+
+/* How many bytes at the end of text[from, len) could begin marker. */
+static size_t marker_tail(const char *text, size_t len, size_t from, const char *marker) {
+    size_t m = strlen(marker);
+    for (size_t k = m - 1; k > 0; k--)
+        if (k <= len - from && !memcmp(text + len - k, marker, k)) return k;
+    return 0;
+}
+
+void dsv41_chat_reply_parts(const char *text, size_t len, int flags, dsv41_reply_parts *out) {
+    int final = flags & DSV41_REPLY_FINAL;
+    *out = (dsv41_reply_parts){0, 0, 0, -1};
+    size_t start = 0;
+    if (flags & DSV41_REPLY_THINKING) {
+        int64_t end = find_marker(text, len, 0, UNTHINK);
+        if (end < 0) {
+            out->reasoning_end = out->content_start = out->content_end =
+                (int64_t)(len - (final ? 0 : marker_tail(text, len, 0, UNTHINK)));
+            return;
+        }
+        out->reasoning_end = end;
+        start = (size_t)end + strlen(UNTHINK);
+    }
+    out->content_start = (int64_t)start;
+    size_t end = len;
+    if (flags & DSV41_REPLY_TOOLS) {
+        int64_t calls = find_marker(text, len, start, calls_open);
+        out->calls_start = calls;
+        if (calls >= 0) end = (size_t)calls;
+        else if (!final) end -= marker_tail(text, len, start, calls_open);
+        if (calls >= 0 || !final)
+            while (end > start && strchr(" \t\r\n", text[end - 1])) end--;
+    }
+    out->content_end = (int64_t)end;
+}
+
+/* Consumes literal at *p (after optional whitespace); 0 when it is there. */
+static int expect(const char **p, const char *end, const char *literal) {
+    while (*p < end && strchr(" \t\r\n", **p) && **p) (*p)++;
+    size_t n = strlen(literal);
+    if ((size_t)(end - *p) < n || memcmp(*p, literal, n)) return -1;
+    *p += n;
+    return 0;
+}
+
+/* The text up to closer (which is consumed), as [*s, *s + *n); 0 when the closer is there. */
+static int until(const char **p, const char *end, const char *closer, const char **s, size_t *n) {
+    int64_t at = find_marker(*p, (size_t)(end - *p), 0, closer);
+    if (at < 0) return -1;
+    *s = *p;
+    *n = (size_t)at;
+    *p += at + (int64_t)strlen(closer);
+    return 0;
+}
+
+/* One invoke's parameters as a JSON object text: string="true" values as strings, the others
+ * as the JSON they hold (or as strings when they hold none). */
+static int put_invoke_arguments(strbuf *args, const char **p, const char *end) {
+    puts_(args, "{");
+    for (int first = 1;; first = 0) {
+        if (!expect(p, end, "</" DSML " invoke>")) break;
+        const char *name, *kind, *value;
+        size_t n_name, n_kind, n_value;
+        if (expect(p, end, "<" DSML " parameter name=\"") || until(p, end, "\" string=\"", &name, &n_name) ||
+            until(p, end, "\">", &kind, &n_kind) || until(p, end, "</" DSML " parameter>", &value, &n_value))
+            return set_error("chat: a tool call's parameter is cut or malformed");
+        if (!first) puts_(args, ", ");
+        put_py_string(args, name, n_name);
+        puts_(args, ": ");
+        char err[8];
+        json *v = n_kind == 5 && !memcmp(kind, "false", 5) ? json_parse(value, n_value, err, sizeof err) : NULL;
+        if (v) put_py_json(args, v);
+        else put_py_string(args, value, n_value);
+        json_free(v);
+    }
+    puts_(args, "}");
+    return 0;
+}
+
+char *dsv41_chat_reply_calls(const char *text, size_t len) {
+    const char *p = text, *end = text + len;
+    strbuf out = {0}, args = {0};
+    int rc = expect(&p, end, calls_open) ? set_error("chat: the reply has no tool-call block") : 0;
+    puts_(&out, "[");
+    for (int n = 0; rc == 0; n++) {
+        if (!expect(&p, end, "</" DSML " calls>") || p == end) break; /* closed, or the reply ended */
+        const char *name;
+        size_t n_name;
+        if (expect(&p, end, "<" DSML " invoke name=\"") || until(&p, end, "\">", &name, &n_name)) {
+            rc = set_error("chat: a tool call is cut or malformed");
+            break;
+        }
+        args.n = 0;
+        if ((rc = put_invoke_arguments(&args, &p, end))) break;
+        puts_(&out, n ? ", {\"name\": " : "{\"name\": ");
+        put_py_string(&out, name, n_name);
+        puts_(&out, ", \"arguments\": ");
+        put_py_string(&out, args.p ? args.p : "{}", args.n);
+        puts_(&out, "}");
+    }
+    puts_(&out, "]");
+    free(args.p);
+    if (rc == 0 && (out.oom || args.oom)) rc = set_error("out of memory");
+    if (rc == 0 && out.n == 2) rc = set_error("chat: the tool-call block holds no call");
+    if (rc) { free(out.p); return NULL; }
+    return out.p;
 }

@@ -15,10 +15,10 @@ int name_ends(const char *s, const char *suffix);
 fill_spec filler_rule(const config *c, const char *name, int32_t ndim, const int64_t *shape);
 int fill_tensor(dsv41_model *m, const char *name, int32_t ndim, const int64_t *shape, const fill_spec *sp, weight *w);
 
-struct json;
-dsv41_model *model_from_meta(const config *c, const struct json *meta);
+struct dsv41_json;
+dsv41_model *model_from_meta(const config *c, const struct dsv41_json *meta);
 /* The weights_meta source on its own (convert wraps it to record what the loader asks for). */
-weight_source *meta_source_new(const struct json *meta);
+weight_source *meta_source_new(const struct dsv41_json *meta);
 void meta_source_free(weight_source *src);
 dsv41_model *model_from_rule(const config *c);
 /* The naming-rule source on its own, for c (which must outlive it); free() it. */

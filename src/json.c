@@ -1,10 +1,14 @@
 /* json.c - recursive-descent JSON parser into a node tree (see json.h). */
 #include "json.h"
+#include "model.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "files.h"
 
 #define JSON_MAX_DEPTH 256
 
@@ -244,8 +248,12 @@ json *json_parse(const char *text, size_t len, char *err, size_t errlen) {
 }
 
 char *json_read_text(const char *path, size_t *out_len, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return NULL; }
+    int fd = file_open_regular(path, err, errlen);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
+    if (!f) {
+        if (fd >= 0) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); close(fd); }
+        return NULL;
+    }
     char *buf = NULL;
     size_t len = 0, cap = 0;
     for (;;) {
@@ -289,7 +297,49 @@ const json *json_at(const json *a, size_t i) {
     return &a->items[i];
 }
 
-int64_t json_i64(const json *n) {
-    if (n->is_int) return (int64_t)n->bits;
-    return (int64_t)n->num;
+static int fits_i64(const json *n) {
+    return n && n->type == JSON_NUM && n->is_int && (n->is_neg || n->bits <= (uint64_t)INT64_MAX);
+}
+
+int64_t json_i64(const json *n) { return fits_i64(n) ? (int64_t)n->bits : INT64_MIN; }
+
+int json_int(const json *n, int64_t lo, int64_t hi, int64_t *out) {
+    if (!fits_i64(n) || (int64_t)n->bits < lo || (int64_t)n->bits > hi) return -1;
+    *out = (int64_t)n->bits;
+    return 0;
+}
+
+/* ---- the public face: dsv41_json is this parser's node */
+
+dsv41_json *dsv41_json_parse(const char *text, size_t len) {
+    char err[256];
+    json *j = json_parse(text, len, err, sizeof err);
+    if (!j) set_error("%s", err);
+    return j;
+}
+
+void dsv41_json_free(dsv41_json *root) { json_free(root); }
+
+dsv41_json_type dsv41_json_type_of(const dsv41_json *v) { return v ? v->type : DSV41_JSON_NULL; }
+
+const dsv41_json *dsv41_json_get(const dsv41_json *obj, const char *key) { return json_get(obj, key); }
+
+const dsv41_json *dsv41_json_at(const dsv41_json *v, size_t i) {
+    return v && (v->type == JSON_ARR || v->type == JSON_OBJ) && i < v->len ? &v->items[i] : NULL;
+}
+
+size_t dsv41_json_len(const dsv41_json *v) {
+    return v && (v->type == JSON_STR || v->type == JSON_ARR || v->type == JSON_OBJ) ? v->len : 0;
+}
+
+const char *dsv41_json_key(const dsv41_json *obj, size_t i) {
+    return obj && obj->type == JSON_OBJ && i < obj->len ? obj->keys[i] : NULL;
+}
+
+const char *dsv41_json_str(const dsv41_json *v) { return v && v->type == JSON_STR ? v->str : NULL; }
+
+double dsv41_json_num(const dsv41_json *v, int *is_int) {
+    int num = v && (v->type == JSON_NUM || v->type == JSON_BOOL);
+    if (is_int) *is_int = num && v->type == JSON_NUM && v->is_int;
+    return num ? v->num : 0.0;
 }

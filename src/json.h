@@ -9,9 +9,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { JSON_NULL, JSON_BOOL, JSON_NUM, JSON_STR, JSON_ARR, JSON_OBJ } json_type;
+#include "dsv41.h"
 
-typedef struct json {
+/* The public dsv41_json_type values, under the short names the library uses. */
+typedef dsv41_json_type json_type;
+#define JSON_NULL DSV41_JSON_NULL
+#define JSON_BOOL DSV41_JSON_BOOL
+#define JSON_NUM DSV41_JSON_NUM
+#define JSON_STR DSV41_JSON_STR
+#define JSON_ARR DSV41_JSON_ARR
+#define JSON_OBJ DSV41_JSON_OBJ
+
+/* The node behind the public dsv41_json handle. */
+typedef struct dsv41_json {
     json_type type;
     double num;          /* JSON_NUM value, JSON_BOOL as 0/1 */
     int is_int;          /* integer literal that fits int64 or uint64 */
@@ -19,7 +29,7 @@ typedef struct json {
     uint64_t bits;       /* exact integer: the value as u64 (two's complement when negative) */
     char *str;           /* JSON_STR: NUL-terminated UTF-8 (may hold embedded NULs: see len) */
     size_t len;          /* JSON_STR byte length; JSON_ARR/JSON_OBJ item count */
-    struct json *items;  /* [len] children of an array or object */
+    struct dsv41_json *items; /* [len] children of an array or object */
     char **keys;         /* [len] object keys, NULL for arrays */
 } json;
 
@@ -35,6 +45,11 @@ void json_free(json *j);
 const json *json_get(const json *o, const char *key);
 /* Array item i, NULL when out of range or when a is not an array. */
 const json *json_at(const json *a, size_t i);
+/* The value of an integer literal that fits int64; INT64_MIN for anything else (a fraction,
+ * 1e30, NaN, a u64 past INT64_MAX, not a number), which every range check refuses. */
 int64_t json_i64(const json *n);
+/* 0 with *out set when n is an integer literal in [lo, hi]; -1 otherwise (a float such as 1.5
+ * or 1e30 is refused, never truncated). */
+int json_int(const json *n, int64_t lo, int64_t hi, int64_t *out);
 
 #endif

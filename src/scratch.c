@@ -16,25 +16,21 @@ typedef struct {
 static _Thread_local block blocks[SCRATCH_BLOCKS];
 static _Thread_local scratch_mark top;
 
-/* A thread's blocks go with it: an application thread that ran forward calls (a server's
- * request thread) may exit while the process lives on. The key's value only marks a thread
- * that holds blocks, so that its destructor runs. */
-static pthread_key_t exit_key;
-static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
-static int exit_key_made;
+/* A thread's blocks go when the thread ends (a server's request threads come and go): the key's
+ * destructor runs in the ending thread, before its thread-locals are gone. */
+static pthread_key_t owner;
+static pthread_once_t owner_once = PTHREAD_ONCE_INIT;
 
-static void free_blocks(void *unused) {
+static void release_blocks(void *unused) {
     (void)unused;
     for (int i = 0; i < SCRATCH_BLOCKS; i++) {
         free(blocks[i].base);
-        blocks[i] = (block){NULL, 0};
+        blocks[i] = (block){0};
     }
-    top = (scratch_mark){0, 0};
+    top = (scratch_mark){0};
 }
 
-static void make_exit_key(void) {
-    exit_key_made = pthread_key_create(&exit_key, free_blocks) == 0;
-}
+static void make_owner(void) { pthread_key_create(&owner, release_blocks); }
 
 scratch_mark scratch_begin(void) { return top; }
 
@@ -52,9 +48,9 @@ void *scratch_bytes(size_t n) {
         if (!b->base || top.used == 0) { /* an empty block too small for n: replace it */
             /* at least twice the block before, so the 64 blocks never run out before memory */
             size_t want = top.block > 0 ? 2 * blocks[top.block - 1].size : SCRATCH_MIN;
-            if (top.block == 0 && !b->base) { /* this thread's first block */
-                pthread_once(&exit_once, make_exit_key);
-                if (exit_key_made) pthread_setspecific(exit_key, blocks);
+            if (!b->base && top.block == 0) { /* the thread's first block: free them all when it ends */
+                pthread_once(&owner_once, make_owner);
+                pthread_setspecific(owner, blocks);
             }
             free(b->base);
             b->size = n > want ? n : want;

@@ -19,12 +19,13 @@ printf 'hello\nhow are you\n/reset\nand again\n/quit\n' | "$dsv41" chat -m "$tmp
 [ $rc -eq 0 ] && grep -q 'conversation cleared' "$tmp/err" && grep -qE '^prompt: [0-9]+ tokens.*generated: 30 tokens' "$tmp/err" &&
     [ "$(wc -l <"$tmp/out")" -eq 3 ] && ok || bad "chat over a pipe: rc=$rc, $(cat "$tmp/err")"
 
-# a pseudo-terminal: Ctrl-C during a long reply stops the reply, not the program
+# a pseudo-terminal: Ctrl-C during a long reply stops the reply, not the program (seed 13 samples
+# 1782 tokens before EOS, so a reply that ran to its end fails)
 python3 - "$dsv41" "$tmp/m" <<'PY' && ok || bad "chat on a terminal with Ctrl-C"
 import os, pty, select, sys, time
 pid, fd = pty.fork()
 if pid == 0:
-    os.execv(sys.argv[1], [sys.argv[1], "chat", "-m", sys.argv[2], "--temp", "1", "--seed", "3"])
+    os.execv(sys.argv[1], [sys.argv[1], "chat", "-m", sys.argv[2], "--temp", "1", "--seed", "13"])
 def read_for(t):
     out, end = b"", time.time() + t
     while time.time() < end:
@@ -40,7 +41,10 @@ def wait_for(token, t=20):
     return out
 first = wait_for(b"> ")
 os.write(fd, b"hello there\r")
-time.sleep(0.3)
+echo = wait_for(b"hello there\r\n")  # the terminal's echo of the line, then the reply starts
+streamed, end = b"", time.time() + 20
+while not streamed.strip(b" \r\n") and time.time() < end:
+    streamed += read_for(0.05)
 os.write(fd, b"\x03")                # Ctrl-C while the reply streams
 after = wait_for(b"> ")              # the prompt comes back: the program lives
 os.write(fd, b"/quit\r")
@@ -50,7 +54,7 @@ text = (after + rest).decode("utf-8", "replace")
 alive = b"> " in after
 gen = [l for l in text.splitlines() if "generated:" in l]
 n = int(gen[-1].split("generated: ")[1].split()[0]) if gen else -1
-ok = b"> " in first and alive and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and 0 < n < 1900
+ok = b"> " in first and alive and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and 0 < n < 1782
 if not ok: print("pty transcript:", repr(text[-600:]), "status", status, "generated", n)
 sys.exit(0 if ok else 1)
 PY
@@ -61,6 +65,23 @@ mkdir -p "$tmp/notok" && cp "$tmp/m"/*.json "$tmp/m"/*.safetensors "$tmp/notok/"
 expect_error "run with tokenizer.json missing" "$dsv41" run -m "$tmp/notok" -p "hi"
 expect_error "a prompt longer than the context" "$dsv41" run -m "$tmp/m" -p "$(python3 -c 'print("word " * 3000)')"
 expect_error "invalid UTF-8 in the prompt" "$dsv41" run -m "$tmp/m" -p "$(printf 'bad \377 byte')"
+grep -q -- "-p text: .*byte offset 4" "$tmp/err" && ok || bad "the offset is the user's text's: $(cat "$tmp/err")"
+expect_error "a --think value with a quote" "$dsv41" run -m "$tmp/m" -p "hi" --think 'lo"w'
+grep -q reasoning_effort "$tmp/err" && ok || bad "--think is escaped, then refused by name: $(cat "$tmp/err")"
+
+# a piped line of 30000 bytes is one turn (one context error), not four of 8191 bytes
+python3 -c 'print("word " * 6000)' | "$dsv41" chat -m "$tmp/m" -n 4 --temp 0 >/dev/null 2>"$tmp/err"
+[ "$(grep -c 'would need' "$tmp/err")" -eq 1 ] && ok || bad "a long piped line: $(cat "$tmp/err")"
+
+# Ctrl-C while a reply streams (seed 13 samples 1782 tokens before EOS): the reply stops and run
+# exits 130 (128 + SIGINT)
+"$dsv41" run -m "$tmp/m" -p "hello there" -n 2000 --temp 1 --seed 13 >"$tmp/int_out" 2>"$tmp/int_err" &
+pid=$!
+i=0
+while [ $i -lt 300 ] && [ ! -s "$tmp/int_out" ] && kill -0 $pid 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
+kill -INT $pid
+wait $pid; rc=$?
+[ $rc -eq 130 ] && grep -q interrupted "$tmp/int_err" && ok || bad "an interrupted run: rc=$rc, $(cat "$tmp/int_err")"
 expect_error "a bad temperature" "$dsv41" run -m "$tmp/m" -p "hi" --temp -1
 
 finish

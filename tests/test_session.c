@@ -89,6 +89,72 @@ static void test_sampler(void) {
     CHECK(dsv41_sampler_new(&bad, V) == NULL, "a negative temperature is refused");
 }
 
+/* The definition by brute force: sort the whole vocabulary, apply top-k, top-p and min-p in
+ * that order; returns how many of order[] are kept and fills prob[] (renormalized). */
+static const float *ref_logits;
+static int ref_order(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (ref_logits[x] != ref_logits[y]) return ref_logits[x] > ref_logits[y] ? -1 : 1;
+    return x - y;
+}
+static int32_t ref_keep(const float *logits, int32_t V, const dsv41_sampler_params *p, int32_t *order, double *prob) {
+    for (int32_t i = 0; i < V; i++) order[i] = i;
+    ref_logits = logits;
+    qsort(order, (size_t)V, sizeof *order, ref_order);
+    int32_t n = p->top_k > 0 && p->top_k < V ? p->top_k : V, keep = 0;
+    double sum = 0.0, mass = 0.0, total = 0.0;
+    for (int32_t i = 0; i < n; i++) sum += prob[i] = exp((logits[order[i]] - logits[order[0]]) / p->temperature);
+    while (keep < n && (keep == 0 || (mass < p->top_p && prob[keep] >= p->min_p))) mass += prob[keep++] / sum;
+    for (int32_t i = 0; i < keep; i++) total += prob[i];
+    for (int32_t i = 0; i < keep; i++) prob[i] /= total;
+    return keep;
+}
+
+/* At vocabulary scale with many tied logits (values on a coarse grid, as bf16 logits are): every
+ * draw is in the definition's kept set, and each of the most likely tokens is drawn as often as
+ * its probability says. */
+static void test_sampler_vocab(void) {
+    enum { V = 129280, N = 1000 };
+    float *logits = malloc(V * sizeof *logits);
+    int32_t *order = malloc(V * sizeof *order), *rank = malloc(V * sizeof *rank), *counts = calloc(V, sizeof *counts);
+    double *prob = malloc(V * sizeof *prob);
+    uint64_t x = 12345;
+    for (int32_t i = 0; i < V; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        logits[i] = (float)((x >> 40) % 600) / 64.0f - 4.0f; /* 600 values: ties everywhere */
+    }
+    logits[777] = 6.0f; /* a clear top token */
+    static const dsv41_sampler_params cases[] = {
+        {0.8f, 0, 0.95f, 0.0f, 1}, {0.5f, 0, 0.3f, 0.0f, 2}, {1.0f, 50, 0.9f, 0.0f, 3}, {0.7f, 0, 1.0f, 0.02f, 4},
+        {0.05f, 0, 0.99f, 0.0f, 5},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int32_t keep = ref_keep(logits, V, &cases[c], order, prob);
+        for (int32_t i = 0; i < V; i++) rank[i] = -1, counts[i] = 0;
+        for (int32_t i = 0; i < keep; i++) rank[order[i]] = i;
+        dsv41_sampler *s = dsv41_sampler_new(&cases[c], V);
+        int inside = s != NULL;
+        for (int i = 0; inside && i < N; i++) {
+            int32_t t = dsv41_sample(s, logits);
+            inside = t >= 0 && t < V && rank[t] >= 0;
+            if (inside) counts[rank[t]]++;
+        }
+        int close = 1;
+        for (int32_t i = 0; i < keep && i < 20; i++) {
+            double want = N * prob[i], sd = sqrt(want) + 1;
+            close &= fabs(counts[i] - want) < 5 * sd;
+        }
+        CHECK(inside, "case %zu: every draw is in the definition's kept set (%d tokens)", c, keep);
+        CHECK(close, "case %zu: the most likely tokens are drawn as often as the definition says", c);
+        dsv41_sampler_free(s);
+    }
+    free(logits);
+    free(order);
+    free(rank);
+    free(counts);
+    free(prob);
+}
+
 int main(void) {
     dsv41_golden *g = dsv41_golden_load(golden_path());
     CHECK(g != NULL, "golden loads: %s", g ? "" : dsv41_error());
@@ -97,5 +163,6 @@ int main(void) {
     dsv41_model_free(m);
     dsv41_golden_free(g);
     test_sampler();
+    test_sampler_vocab();
     return test_summary();
 }

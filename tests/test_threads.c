@@ -162,7 +162,7 @@ int main(void) {
                "\"beta_fast\": 32, \"beta_slow\": 1, \"norm_eps\": 1e-20, \"gate_temp\": 1.0, \"max_seq_len\": 128}\n");
     fclose(f);
     pid_t pid = fork(); /* a child writes the checkpoint, so this process starts with its default pool */
-    if (pid == 0) _exit(dsv41_synth(cfg, "fp8", model) ? (fprintf(stderr, "%s\n", dsv41_error()), 1) : 0);
+    if (pid == 0) _exit(dsv41_synth(cfg, "fp8", model, NULL) ? (fprintf(stderr, "%s\n", dsv41_error()), 1) : 0);
     int st = 0;
     waitpid(pid, &st, 0);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "synth an fp8 model");

@@ -1,0 +1,485 @@
+/* api.c - OpenAI's request and reply shapes over the library (see api.h).
+ *
+ * A chat request becomes a chat case for the V4.1 encoder: its messages and tools pass through
+ * as they came (the encoder takes OpenAI's message schema), the options say chat or thinking
+ * mode. The reply is split back with dsv41_chat_reply_parts: reasoning_content, content, and
+ * a DSML tool-call block turned into tool_calls. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api.h"
+
+int api_error(jbuf *out, int status, const char *param, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const char *type = status == 401 ? "authentication_error" : status == 404 ? "not_found_error"
+                     : status >= 500 ? "server_error" : "invalid_request_error";
+    const char *code = status == 401 ? "invalid_api_key" : status == 404 ? "not_found" : status == 405 ? "method_not_allowed"
+                     : status == 413 ? "request_too_large" : status == 503 ? "server_busy" : NULL;
+    out->n = 0;
+    jb_puts(out, "{\"error\":{\"message\":");
+    jb_str(out, msg, strlen(msg));
+    jb_printf(out, ",\"type\":\"%s\",\"param\":", type);
+    if (param) jb_str(out, param, strlen(param));
+    else jb_puts(out, "null");
+    jb_puts(out, ",\"code\":");
+    if (code) jb_printf(out, "\"%s\"", code);
+    else jb_puts(out, "null");
+    jb_puts(out, "}}");
+    return status;
+}
+
+/* ---- reading request fields: each returns 0, or -1 after writing a 400 to err */
+
+static int bad_type(jbuf *err, const char *key, const char *want) {
+    return api_error(err, 400, key, "'%s' must be %s", key, want), -1;
+}
+
+/* A number in [lo, hi] into *out (left alone when the key is absent or null). */
+static int get_float(const dsv41_json *root, const char *key, double lo, double hi, float *out, jbuf *err) {
+    const dsv41_json *v = dsv41_json_get(root, key);
+    if (dsv41_json_type_of(v) == DSV41_JSON_NULL) return 0;
+    double x = dsv41_json_num(v, NULL);
+    if (dsv41_json_type_of(v) != DSV41_JSON_NUM || x < lo || x > hi) {
+        char want[64];
+        snprintf(want, sizeof want, "a number from %g to %g", lo, hi);
+        return bad_type(err, key, want);
+    }
+    *out = (float)x;
+    return 0;
+}
+
+/* An integer in [lo, hi] into *out (left alone when absent or null). */
+static int get_int(const dsv41_json *root, const char *key, double lo, double hi, int64_t *out, jbuf *err) {
+    const dsv41_json *v = dsv41_json_get(root, key);
+    if (dsv41_json_type_of(v) == DSV41_JSON_NULL) return 0;
+    int is_int;
+    double x = dsv41_json_num(v, &is_int);
+    if (dsv41_json_type_of(v) != DSV41_JSON_NUM || !is_int || x < lo || x > hi) {
+        char want[64];
+        snprintf(want, sizeof want, "an integer from %.0f to %.0f", lo, hi);
+        return bad_type(err, key, want);
+    }
+    *out = (int64_t)x;
+    return 0;
+}
+
+/* A boolean into *out (left alone when absent or null). */
+static int get_bool(const dsv41_json *root, const char *key, int *out, jbuf *err) {
+    const dsv41_json *v = dsv41_json_get(root, key);
+    if (dsv41_json_type_of(v) == DSV41_JSON_NULL) return 0;
+    if (dsv41_json_type_of(v) != DSV41_JSON_BOOL) return bad_type(err, key, "true or false");
+    *out = dsv41_json_num(v, NULL) != 0;
+    return 0;
+}
+
+/* stop: a string or an array of strings; empty strings are ignored. */
+static int get_stops(const dsv41_json *root, job *j, jbuf *err) {
+    const dsv41_json *v = dsv41_json_get(root, "stop");
+    dsv41_json_type t = dsv41_json_type_of(v);
+    if (t == DSV41_JSON_NULL) return 0;
+    size_t n = t == DSV41_JSON_STR ? 1 : dsv41_json_len(v);
+    if ((t != DSV41_JSON_STR && t != DSV41_JSON_ARR) || n > MAX_STOPS) return bad_type(err, "stop", "a string or an array of up to 8 strings");
+    for (size_t i = 0; i < n; i++) {
+        const dsv41_json *s = t == DSV41_JSON_STR ? v : dsv41_json_at(v, i);
+        if (dsv41_json_type_of(s) != DSV41_JSON_STR) return bad_type(err, "stop", "a string or an array of up to 8 strings");
+        if (!dsv41_json_len(s) || strlen(dsv41_json_str(s)) != dsv41_json_len(s)) continue;
+        if (!(j->stops[j->n_stops] = strdup(dsv41_json_str(s)))) return api_error(err, 500, NULL, "out of memory"), -1;
+        j->n_stops++;
+    }
+    return 0;
+}
+
+/* ---- the chat case for the encoder */
+
+/* thinking: true/false, or {"type": "enabled" | "disabled"}; reasoning_effort: OpenAI's names
+ * mapped onto the encoder's low / high / max. Writes the case's options object. */
+static int put_options(const dsv41_json *root, jbuf *c, int *thinking, jbuf *err) {
+    const dsv41_json *th = dsv41_json_get(root, "thinking"), *re = dsv41_json_get(root, "reasoning_effort");
+    int on = -1; /* not said */
+    if (dsv41_json_type_of(th) == DSV41_JSON_BOOL) on = dsv41_json_num(th, NULL) != 0;
+    else if (dsv41_json_type_of(th) == DSV41_JSON_OBJ) {
+        const char *type = dsv41_json_str(dsv41_json_get(th, "type"));
+        if (!type || (strcmp(type, "enabled") && strcmp(type, "disabled")))
+            return bad_type(err, "thinking", "true, false or {\"type\": \"enabled\" | \"disabled\"}");
+        on = !strcmp(type, "enabled");
+    } else if (dsv41_json_type_of(th) != DSV41_JSON_NULL)
+        return bad_type(err, "thinking", "true, false or {\"type\": \"enabled\" | \"disabled\"}");
+    const char *effort = NULL;
+    if (dsv41_json_type_of(re) != DSV41_JSON_NULL) {
+        static const char *const names[][2] = {{"minimal", "low"}, {"low", "low"}, {"medium", "high"},
+                                               {"high", "high"}, {"max", "max"}, {"xhigh", "max"}};
+        const char *s = dsv41_json_str(re);
+        for (size_t i = 0; s && i < sizeof names / sizeof names[0]; i++)
+            if (!strcmp(s, names[i][0])) effort = names[i][1];
+        if (!effort) return bad_type(err, "reasoning_effort", "one of minimal, low, medium, high, max");
+        if (on < 0) on = 1;
+    }
+    *thinking = on == 1;
+    if (!*thinking) jb_puts(c, "{\"thinking_mode\":\"chat\"}");
+    else if (effort) jb_printf(c, "{\"thinking_mode\":\"thinking\",\"reasoning_effort\":\"%s\"}", effort);
+    else jb_puts(c, "{\"thinking_mode\":\"thinking\"}");
+    return 0;
+}
+
+/* tools and tool_choice: "none" drops the tools, a named function keeps only that one. Writes
+ * the case's tools array (or nothing) and says whether any tool went in. */
+static int put_tools(const dsv41_json *root, jbuf *c, int *any, jbuf *err) {
+    const dsv41_json *tools = dsv41_json_get(root, "tools"), *choice = dsv41_json_get(root, "tool_choice");
+    *any = 0;
+    if (dsv41_json_type_of(tools) == DSV41_JSON_NULL) return 0;
+    if (dsv41_json_type_of(tools) != DSV41_JSON_ARR) return bad_type(err, "tools", "an array of tools");
+    const char *only = NULL;
+    if (dsv41_json_type_of(choice) == DSV41_JSON_STR) {
+        const char *s = dsv41_json_str(choice);
+        if (!strcmp(s, "none")) return 0;
+        if (strcmp(s, "auto") && strcmp(s, "required")) return bad_type(err, "tool_choice", "none, auto, required or a function");
+    } else if (dsv41_json_type_of(choice) == DSV41_JSON_OBJ) {
+        only = dsv41_json_str(dsv41_json_get(dsv41_json_get(choice, "function"), "name"));
+        if (!only) return bad_type(err, "tool_choice", "none, auto, required or a function");
+    } else if (dsv41_json_type_of(choice) != DSV41_JSON_NULL)
+        return bad_type(err, "tool_choice", "none, auto, required or a function");
+    jb_puts(c, ",\"tools\":[");
+    for (size_t i = 0; i < dsv41_json_len(tools); i++) {
+        const dsv41_json *t = dsv41_json_at(tools, i);
+        if (dsv41_json_type_of(t) != DSV41_JSON_OBJ) return bad_type(err, "tools", "an array of tool objects");
+        const char *name = dsv41_json_str(dsv41_json_get(dsv41_json_get(t, "function"), "name"));
+        if (only && (!name || strcmp(name, only))) continue;
+        if (*any) jb_puts(c, ",");
+        jb_value(c, t);
+        *any = 1;
+    }
+    jb_puts(c, "]");
+    if (only && !*any) return api_error(err, 400, "tool_choice", "tool_choice names '%s', which is not among the tools", only), -1;
+    return 0;
+}
+
+/* The prompt text of a chat request, malloc'd. */
+static char *chat_prompt(const dsv41_json *root, int *flags, jbuf *err) {
+    const dsv41_json *msgs = dsv41_json_get(root, "messages");
+    if (dsv41_json_type_of(msgs) != DSV41_JSON_ARR || dsv41_json_len(msgs) == 0)
+        return bad_type(err, "messages", "a non-empty array of messages"), NULL;
+    for (size_t i = 0; i < dsv41_json_len(msgs); i++)
+        if (dsv41_json_type_of(dsv41_json_get(dsv41_json_at(msgs, i), "role")) != DSV41_JSON_STR)
+            return bad_type(err, "messages", "an array of objects with a string 'role'"), NULL;
+    jbuf c = {0};
+    int thinking, tools;
+    jb_puts(&c, "{\"messages\":");
+    jb_value(&c, msgs);
+    int rc = put_tools(root, &c, &tools, err);
+    if (rc == 0) {
+        jb_puts(&c, ",\"options\":");
+        rc = put_options(root, &c, &thinking, err);
+        jb_puts(&c, "}");
+    }
+    char *text = NULL;
+    if (rc == 0 && c.oom) api_error(err, 500, NULL, "out of memory");
+    else if (rc == 0 && !(text = dsv41_chat_render(c.p, c.n))) api_error(err, 400, "messages", "%s", dsv41_error());
+    jb_free(&c);
+    *flags = text ? (thinking ? DSV41_REPLY_THINKING : 0) | (tools ? DSV41_REPLY_TOOLS : 0) : 0;
+    return text;
+}
+
+/* Token ids of text (special-token spellings included), malloc'd; -1 after a 400. */
+static int64_t tokenize(server *sv, const char *text, size_t len, int32_t **ids, const char *param, jbuf *err) {
+    int64_t n = dsv41_tokenize(sv->tok, text, len, 1, NULL, 0);
+    if (n < 0) return api_error(err, 400, param, "%s", dsv41_error()), -1;
+    *ids = malloc((size_t)(n ? n : 1) * sizeof **ids);
+    if (!*ids) return api_error(err, 500, NULL, "out of memory"), -1;
+    dsv41_tokenize(sv->tok, text, len, 1, *ids, n);
+    return n;
+}
+
+int api_parse_generation(server *sv, gen_kind kind, const char *body, size_t n, gen *g, jbuf *err) {
+    memset(g, 0, sizeof *g);
+    g->kind = kind;
+    dsv41_json *root = dsv41_json_parse(body, n);
+    if (!root) return api_error(err, 400, NULL, "malformed JSON: %s", dsv41_error());
+    int status = 0;
+    char *text = NULL;
+    int32_t *ids = NULL;
+    int64_t n_ids = -1;
+    if (dsv41_json_type_of(root) != DSV41_JSON_OBJ) status = api_error(err, 400, NULL, "the body must be a JSON object");
+    else if (kind == GEN_CHAT) {
+        if ((text = chat_prompt(root, &g->flags, err))) n_ids = tokenize(sv, text, strlen(text), &ids, "messages", err);
+    } else {
+        const dsv41_json *p = dsv41_json_get(root, "prompt");
+        if (dsv41_json_type_of(p) != DSV41_JSON_STR) bad_type(err, "prompt", "a string");
+        else n_ids = tokenize(sv, dsv41_json_str(p), dsv41_json_len(p), &ids, "prompt", err);
+    }
+    free(text);
+    if (!status && n_ids < 0) status = 400; /* err holds the reply */
+    if (!status && n_ids == 0) status = api_error(err, 400, kind == GEN_CHAT ? "messages" : "prompt", "the prompt is empty");
+    if (!status && n_ids >= sv->ctx)
+        status = api_error(err, 400, kind == GEN_CHAT ? "messages" : "prompt",
+                           "the prompt has %lld tokens; the context holds %d", (long long)n_ids, sv->ctx);
+    job *j = status ? NULL : job_new(ids, (int32_t)n_ids);
+    free(ids);
+    if (!status && !j) status = api_error(err, 500, NULL, "out of memory");
+    int64_t max_tokens = -1, cmax = -1, top_k = 0, seed = -1, n_choices = 1;
+    if (!status) {
+        j->sp = (dsv41_sampler_params){0.6f, 0, 0.95f, 0.0f, 0};
+        const char *max_key = dsv41_json_get(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+        if (get_int(root, "max_tokens", 1, 1e9, &max_tokens, err) || get_int(root, "max_completion_tokens", 1, 1e9, &cmax, err) ||
+            get_float(root, "temperature", 0, 2, &j->sp.temperature, err) || get_float(root, "top_p", 1e-6, 1, &j->sp.top_p, err) ||
+            get_int(root, "top_k", 0, 1e9, &top_k, err) || get_float(root, "min_p", 0, 1, &j->sp.min_p, err) ||
+            get_int(root, "seed", -1, 1.8e19, &seed, err) || get_int(root, "n", 1, 1, &n_choices, err) ||
+            get_bool(root, "stream", &g->stream, err) || get_stops(root, j, err))
+            status = 400;
+        const dsv41_json *so = dsv41_json_get(root, "stream_options");
+        if (!status && dsv41_json_type_of(so) != DSV41_JSON_NULL && dsv41_json_type_of(so) != DSV41_JSON_OBJ)
+            status = (bad_type(err, "stream_options", "an object"), 400);
+        if (!status && get_bool(so, "include_usage", &g->include_usage, err)) status = 400;
+        if (cmax > 0) max_tokens = cmax;
+        if (!status && max_tokens > 0 && n_ids + max_tokens > sv->ctx)
+            status = api_error(err, 400, max_key, "the prompt has %lld tokens and %s asks for %lld more: %lld in all, over the context of %d",
+                               (long long)n_ids, max_key, (long long)max_tokens, (long long)(n_ids + max_tokens), sv->ctx);
+    }
+    if (!status) {
+        j->sp.top_k = (int32_t)top_k;
+        j->max_tokens = max_tokens > 0 ? (int32_t)max_tokens : sv->ctx - (int32_t)n_ids;
+        pthread_mutex_lock(&sv->mu);
+        uint64_t serial = ++sv->next_id;
+        pthread_mutex_unlock(&sv->mu);
+        g->created = (long long)time(NULL);
+        /* no seed: one from the clock and the request's serial number */
+        j->sp.seed = seed >= 0 ? (uint64_t)seed : ((uint64_t)g->created << 20) ^ (serial * 0x9E3779B97F4A7C15ULL);
+        snprintf(g->id, sizeof g->id, "%s-%llx%06llx", kind == GEN_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)g->created,
+                 (unsigned long long)serial);
+        g->job = j;
+    } else job_free(j);
+    dsv41_json_free(root);
+    return status;
+}
+
+/* ---- replies */
+
+static const char *finish_name(job_end end) { return end == END_LENGTH ? "length" : "stop"; }
+
+static void put_usage(jbuf *o, const job *j) {
+    jb_printf(o, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
+                 "\"prompt_tokens_details\":{\"cached_tokens\":%d}}",
+              j->n_prompt, j->n_gen, j->n_prompt + j->n_gen, j->n_cached);
+}
+
+/* The tool calls of the block at text[from, end) in OpenAI's shape, "tool_calls":[...], with
+ * ids made from the completion's; 0, or -1 when the block does not parse. index adds each
+ * call's position (streamed deltas carry it). */
+static int put_tool_calls(jbuf *o, const gen *g, const char *block, size_t len, int index) {
+    char *calls = dsv41_chat_reply_calls(block, len);
+    dsv41_json *arr = calls ? dsv41_json_parse(calls, strlen(calls)) : NULL;
+    free(calls);
+    if (!arr) return -1;
+    jb_puts(o, "\"tool_calls\":[");
+    for (size_t i = 0; i < dsv41_json_len(arr); i++) {
+        const dsv41_json *c = dsv41_json_at(arr, i), *name = dsv41_json_get(c, "name"), *args = dsv41_json_get(c, "arguments");
+        jb_printf(o, "%s{", i ? "," : "");
+        if (index) jb_printf(o, "\"index\":%zu,", i);
+        jb_printf(o, "\"id\":\"call_%s_%zu\",\"type\":\"function\",\"function\":{\"name\":", g->id + strcspn(g->id, "-") + 1, i);
+        jb_value(o, name);
+        jb_puts(o, ",\"arguments\":");
+        jb_value(o, args);
+        jb_puts(o, "}}");
+    }
+    jb_puts(o, "]");
+    dsv41_json_free(arr);
+    return 0;
+}
+
+int api_reply(server *sv, gen *g, jbuf *out) {
+    job *j = g->job;
+    if (j->end == END_ERROR) return api_error(out, 500, NULL, "generation failed: %s", j->error);
+    const char *text = j->text.p ? j->text.p : "";
+    size_t len = j->text.n;
+    const char *finish = finish_name(j->end);
+    jb_printf(out, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", g->id,
+              g->kind == GEN_CHAT ? "chat.completion" : "text_completion", g->created);
+    jb_str(out, sv->model_name, strlen(sv->model_name));
+    jb_puts(out, ",\"choices\":[{\"index\":0,");
+    if (g->kind == GEN_COMPLETION) {
+        jb_puts(out, "\"text\":");
+        jb_str(out, text, len);
+    } else {
+        dsv41_reply_parts p;
+        dsv41_chat_reply_parts(text, len, g->flags | DSV41_REPLY_FINAL, &p);
+        jbuf calls = {0};
+        int has_calls = p.calls_start >= 0 && put_tool_calls(&calls, g, text + p.calls_start, len - (size_t)p.calls_start, 0) == 0;
+        size_t content_end = p.calls_start >= 0 && !has_calls ? len : (size_t)p.content_end; /* a broken block stays text */
+        jb_puts(out, "\"message\":{\"role\":\"assistant\",\"content\":");
+        if (has_calls && content_end == (size_t)p.content_start) jb_puts(out, "null");
+        else jb_str(out, text + p.content_start, content_end - (size_t)p.content_start);
+        if (g->flags & DSV41_REPLY_THINKING) {
+            jb_puts(out, ",\"reasoning_content\":");
+            jb_str(out, text, (size_t)p.reasoning_end);
+        }
+        if (has_calls) {
+            jb_puts(out, ",");
+            jb_put(out, calls.p, calls.n);
+            finish = "tool_calls";
+        }
+        jb_puts(out, "}");
+        jb_free(&calls);
+    }
+    jb_printf(out, ",\"logprobs\":null,\"finish_reason\":\"%s\"}],", finish);
+    put_usage(out, j);
+    jb_puts(out, "}");
+    return 200;
+}
+
+/* The opening of one chunk event, up to the choice's fields. */
+static void chunk_head(server *sv, const gen *g, jbuf *o) {
+    jb_printf(o, "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", g->id,
+              g->kind == GEN_CHAT ? "chat.completion.chunk" : "text_completion", g->created);
+    jb_str(o, sv->model_name, strlen(sv->model_name));
+    jb_puts(o, ",\"choices\":[{\"index\":0,");
+}
+
+/* One chunk with the text[a, b) of one field ("content", "reasoning_content" or, for
+ * completions, "text"); nothing when the range is empty. */
+static void chunk_text(server *sv, const gen *g, jbuf *o, const char *field, const char *text, size_t a, size_t b) {
+    if (b <= a) return;
+    chunk_head(sv, g, o);
+    if (g->kind == GEN_CHAT) jb_printf(o, "\"delta\":{\"%s\":", field);
+    else jb_puts(o, "\"text\":");
+    jb_str(o, text + a, b - a);
+    jb_puts(o, g->kind == GEN_CHAT ? "},\"logprobs\":null,\"finish_reason\":null}]}\n\n" : ",\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+}
+
+/* Sends what the parts of text[0, len) add to what went out before. */
+static void stream_parts(server *sv, gen *g, jbuf *o, const char *text, size_t len, int final) {
+    if (g->kind == GEN_COMPLETION) {
+        chunk_text(sv, g, o, "text", text, g->sent_content, len);
+        if (len > g->sent_content) g->sent_content = len;
+        return;
+    }
+    dsv41_reply_parts p;
+    dsv41_chat_reply_parts(text, len, g->flags | (final ? DSV41_REPLY_FINAL : 0), &p);
+    chunk_text(sv, g, o, "reasoning_content", text, g->sent_reasoning, (size_t)p.reasoning_end);
+    if ((size_t)p.reasoning_end > g->sent_reasoning) g->sent_reasoning = (size_t)p.reasoning_end;
+    size_t from = g->sent_content > (size_t)p.content_start ? g->sent_content : (size_t)p.content_start;
+    chunk_text(sv, g, o, "content", text, from, (size_t)p.content_end);
+    if ((size_t)p.content_end > from) g->sent_content = (size_t)p.content_end;
+}
+
+int api_stream(server *sv, gen *g, jbuf *out) {
+    job *j = g->job;
+    const char *text = j->text.p ? j->text.p : "";
+    if (!g->sent_head && g->kind == GEN_CHAT) {
+        chunk_head(sv, g, out);
+        jb_puts(out, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+    }
+    g->sent_head = 1;
+    /* one chunk per token, as far as the text is final */
+    for (; g->sent_marks < j->n_marks && j->marks[g->sent_marks] <= j->committed; g->sent_marks++)
+        stream_parts(sv, g, out, text, j->marks[g->sent_marks], 0);
+    if (j->end == END_NONE) return 0;
+    if (j->end == END_ERROR) {
+        jbuf e = {0};
+        api_error(&e, 500, NULL, "generation failed: %s", j->error);
+        jb_printf(out, "data: %s\n\n", e.p ? e.p : "{}");
+        jb_free(&e);
+    } else {
+        stream_parts(sv, g, out, text, j->text.n, 1);
+        const char *finish = finish_name(j->end);
+        dsv41_reply_parts p = {0, 0, 0, -1};
+        if (g->kind == GEN_CHAT) dsv41_chat_reply_parts(text, j->text.n, g->flags | DSV41_REPLY_FINAL, &p);
+        jbuf calls = {0};
+        if (p.calls_start >= 0) {
+            if (put_tool_calls(&calls, g, text + p.calls_start, j->text.n - (size_t)p.calls_start, 1) == 0) {
+                chunk_head(sv, g, out);
+                jb_puts(out, "\"delta\":{");
+                jb_put(out, calls.p, calls.n);
+                jb_puts(out, "},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+                finish = "tool_calls";
+            } else chunk_text(sv, g, out, "content", text, (size_t)p.calls_start, j->text.n); /* a broken block stays text */
+        }
+        jb_free(&calls);
+        chunk_head(sv, g, out);
+        jb_printf(out, "%s,\"logprobs\":null,\"finish_reason\":\"%s\"}]}\n\n", g->kind == GEN_CHAT ? "\"delta\":{}" : "\"text\":\"\"", finish);
+        if (g->include_usage) {
+            jb_printf(out, "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", g->id,
+                      g->kind == GEN_CHAT ? "chat.completion.chunk" : "text_completion", g->created);
+            jb_str(out, sv->model_name, strlen(sv->model_name));
+            jb_puts(out, ",\"choices\":[],");
+            put_usage(out, j);
+            jb_puts(out, "}\n\n");
+        }
+    }
+    jb_puts(out, "data: [DONE]\n\n");
+    return 1;
+}
+
+/* ---- tokens and models */
+
+int api_tokenize(server *sv, const char *body, size_t n, jbuf *out) {
+    dsv41_json *root = dsv41_json_parse(body, n);
+    if (!root) return api_error(out, 400, NULL, "malformed JSON: %s", dsv41_error());
+    const dsv41_json *content = dsv41_json_get(root, "content");
+    int special = 1, status = 200;
+    int32_t *ids = NULL;
+    int64_t n_ids = -1;
+    if (dsv41_json_type_of(content) != DSV41_JSON_STR) status = (bad_type(out, "content", "a string"), 400);
+    else if (get_bool(root, "parse_special", &special, out)) status = 400;
+    else {
+        int64_t want = dsv41_tokenize(sv->tok, dsv41_json_str(content), dsv41_json_len(content), special, NULL, 0);
+        if (want < 0) status = api_error(out, 400, "content", "%s", dsv41_error());
+        else if (!(ids = malloc((size_t)(want ? want : 1) * sizeof *ids))) status = api_error(out, 500, NULL, "out of memory");
+        else n_ids = dsv41_tokenize(sv->tok, dsv41_json_str(content), dsv41_json_len(content), special, ids, want);
+    }
+    if (status == 200) {
+        jb_puts(out, "{\"tokens\":[");
+        for (int64_t i = 0; i < n_ids; i++) jb_printf(out, "%s%d", i ? "," : "", ids[i]);
+        jb_puts(out, "]}");
+    }
+    free(ids);
+    dsv41_json_free(root);
+    return status;
+}
+
+int api_detokenize(server *sv, const char *body, size_t n, jbuf *out) {
+    dsv41_json *root = dsv41_json_parse(body, n);
+    if (!root) return api_error(out, 400, NULL, "malformed JSON: %s", dsv41_error());
+    const dsv41_json *tokens = dsv41_json_get(root, "tokens");
+    int status = 200;
+    jbuf text = {0};
+    dsv41_utf8_stream st = {{0}, 0};
+    if (dsv41_json_type_of(tokens) != DSV41_JSON_ARR) status = (bad_type(out, "tokens", "an array of token ids"), 400);
+    for (size_t i = 0; status == 200 && i < dsv41_json_len(tokens); i++) {
+        const dsv41_json *t = dsv41_json_at(tokens, i);
+        int is_int;
+        double id = dsv41_json_num(t, &is_int);
+        size_t len;
+        if (dsv41_json_type_of(t) != DSV41_JSON_NUM || !is_int || id < 0 || id > INT32_MAX ||
+            !dsv41_token_bytes(sv->tok, (int32_t)id, &len)) {
+            status = api_error(out, 400, "tokens", "tokens[%zu] is not a token id of this model", i);
+            break;
+        }
+        char *piece = malloc(3 * (len + 3));
+        int64_t got = piece ? dsv41_detokenize(sv->tok, &st, (int32_t)id, piece, (int64_t)(3 * (len + 3))) : -1;
+        if (got > 0) jb_put(&text, piece, (size_t)got);
+        free(piece);
+        if (got < 0) status = api_error(out, 500, NULL, "out of memory");
+    }
+    if (status == 200) {
+        if (st.n > 0) jb_put(&text, "\xEF\xBF\xBD", 3); /* an incomplete character at the end */
+        jb_puts(out, "{\"content\":");
+        jb_str(out, text.p ? text.p : "", text.n);
+        jb_puts(out, "}");
+    }
+    jb_free(&text);
+    dsv41_json_free(root);
+    return status;
+}
+
+int api_models(server *sv, jbuf *out) {
+    jb_puts(out, "{\"object\":\"list\",\"data\":[{\"id\":");
+    jb_str(out, sv->model_name, strlen(sv->model_name));
+    jb_printf(out, ",\"object\":\"model\",\"created\":0,\"owned_by\":\"dsv41\",\"context_length\":%d}]}", sv->ctx);
+    return 200;
+}
