@@ -3,7 +3,15 @@
  * A model holds a config and its weights; a session is one sequence's state (caches, rings,
  * the shared slots) and advances by forward calls: a prefill of n >= 1 tokens at position 0,
  * then one token per decode call. Every function that can fail returns NULL or a negative
- * value and leaves a one-line message in dsv41_error(). */
+ * value and leaves a one-line message in dsv41_error().
+ *
+ * Threads. Loaded models, tokenizers and goldens are read-only: any number of threads may use
+ * one at once. A session, sampler, trace or UTF-8 stream belongs to one thread at a time; two
+ * threads may run forward calls on two sessions of one model at the same time and each gets
+ * exactly the results it would get alone. A model is freed only after its sessions. The worker
+ * threads serve one forward call at a time; a call that finds them busy runs on its caller's
+ * thread alone (same results: they never depend on the thread count). dsv41_set_threads and
+ * dsv41_error may be called from any thread at any time; the error is the calling thread's. */
 #ifndef DSV41_H
 #define DSV41_H
 
@@ -24,7 +32,8 @@ typedef struct dsv41_golden dsv41_golden;
 /* The last error of this thread, one line without a newline. */
 const char *dsv41_error(void);
 
-/* Worker threads for the kernels (default: one per online core). Results do not depend on it. */
+/* Worker threads for the kernels (default: one per online core), for every later call of any
+ * thread. Results do not depend on it. */
 int dsv41_set_threads(int32_t n);
 
 /* The kernel set the projections run on: "scalar", "avx2", "avx512" or "neon". NULL or "" takes

@@ -313,7 +313,8 @@ void attention(dsv41_session *s, int32_t l, const float *x, int64_t T, float *ou
             memcpy(s->layers[l].ckv + (int64_t)(pos / ratio) * hd, latent, (size_t)(nlat * hd) * sizeof *latent);
         }
         int32_t cw = sh->topk_rows == T ? sh->topk_width : 0;
-        for (int64_t t = 0; t < T; t++) memcpy(idx + t * stride + wwidth, sh->topk + t * cw, (size_t)cw * sizeof *idx);
+        if (cw > 0) /* no candidates yet (a prefill too short to compress): topk may be NULL */
+            for (int64_t t = 0; t < T; t++) memcpy(idx + t * stride + wwidth, sh->topk + t * cw, (size_t)cw * sizeof *idx);
         width = wwidth + cw;
     }
     if (width < stride) /* pack rows of `width` entries */

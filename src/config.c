@@ -289,6 +289,10 @@ static int config_read(config *c, const cfg_src *fx) {
         return set_error("config: head_dim and index_head_dim must be multiples of 32 (quant blocks)");
     if (c->rope_head_dim % 2 || c->rope_head_dim > c->head_dim || c->rope_head_dim > c->index_head_dim)
         return set_error("config: rope_head_dim must be even and fit in head_dim and index_head_dim");
+    /* the widths products of these make are int32 throughout the code */
+    if ((int64_t)c->n_heads * c->head_dim > BIG || (int64_t)c->index_n_heads * c->index_head_dim > BIG ||
+        (int64_t)c->hc_mult * c->dim > BIG)
+        return set_error("config: n_heads*head_dim, index_n_heads*index_head_dim and hc_mult*dim must be at most %d", BIG);
     if ((c->n_heads * c->head_dim) % c->o_groups)
         return set_error("config: n_heads*head_dim must divide into o_groups");
     if (c->n_activated_experts > c->n_routed_experts)

@@ -264,7 +264,9 @@ INL int fp4_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0,
                 to_digits(ko[h], &p->dig[g][1][16 * q + 8 * h], &p->dig[g][3][16 * q + 8 * h],
                           &p->dig[g][5][16 * q + 8 * h]);
             }
-            cq[q] = 12 * hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(ke[0], ke[1]), _mm256_add_epi32(ko[0], ko[1])));
+            /* wraps (unsigned) only for inputs out of range, which then set bad and go elsewhere */
+            cq[q] = (int32_t)(12u * (uint32_t)hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(ke[0], ke[1]),
+                                                                          _mm256_add_epi32(ko[0], ko[1]))));
             sq[q] = 2 * g + q < nblk ? xst[b] : 0.0f;
         }
         _mm256_store_si256((__m256i *)p->c[g],

@@ -76,6 +76,15 @@ INL __m512i treduce_epi32(__m512i a, __m512i b, __m512i c, __m512i d) {
     return _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
 }
 
+/* The sum of v's 16 lanes, wrapping (the compiler's _mm512_reduce_add_epi32 is plain int
+ * arithmetic, undefined when it overflows) */
+INL int32_t hsum_epi32(__m512i v) {
+    __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1))));
+}
+
 /* e4m3 bytes -> f16 patterns of value * 2^-8: sign to bit 15, the other 7 bits to 13..7 */
 INL __m256i e4m3_f16(__m128i v) {
     return _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(v), 7), _mm256_set1_epi16((short)0xBFFF));
@@ -245,7 +254,8 @@ INL int fp4_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0,
             __m512i re = to_digits(ke, &p->dig[g][0][16 * q], &p->dig[g][2][16 * q], &p->dig[g][4][16 * q]);
             __m512i ro = to_digits(ko, &p->dig[g][1][16 * q], &p->dig[g][3][16 * q], &p->dig[g][5][16 * q]);
             any_r |= _mm512_test_epi32_mask(_mm512_or_si512(re, ro), _mm512_or_si512(re, ro));
-            cq[q] = 12 * _mm512_reduce_add_epi32(_mm512_add_epi32(ke, ko));
+            /* wraps (unsigned) only for inputs out of range, which then fail ok and go elsewhere */
+            cq[q] = (int32_t)(12u * (uint32_t)hsum_epi32(_mm512_add_epi32(ke, ko)));
             sq[q] = 4 * g + q < nblk ? xst[b] : 0.0f;
             small |= fabsf(sq[q]) < 0x1p-116f && sq[q] != 0.0f;
         }

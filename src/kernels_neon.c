@@ -35,7 +35,7 @@ static inline uint8x16_t load16(const uint8_t *p, int64_t n) {
 static inline float32x4_t loadf4(const float *p, int64_t n) {
     if (n >= 4) return vld1q_f32(p);
     float buf[4] = {0};
-    for (int64_t i = 0; i < n; i++) buf[i] = p[i];
+    if (n > 0) memcpy(buf, p, (size_t)n * sizeof *buf); /* a weight may sit at any byte offset (numerics.h) */
     return vld1q_f32(buf);
 }
 

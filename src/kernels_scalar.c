@@ -15,8 +15,8 @@ static void scalar_dense(const weight *w, int64_t r0, int64_t r1, const float *x
             const float *xt = x + t * xstride;
             float p[16] = {0.0f};
             for (int64_t i = 0; i < w->cols; i++) {
-                float v = w->type == DT_F32    ? ((const float *)w->data)[r * w->cols + i]
-                          : w->type == DT_BF16 ? bf16_to_f32(((const uint16_t *)w->data)[r * w->cols + i])
+                float v = w->type == DT_F32    ? f32_at(w->data, r * w->cols + i)
+                          : w->type == DT_BF16 ? bf16_to_f32(u16_at(w->data, r * w->cols + i))
                                                : weight_get(w, r, i);
                 p[i % 16] = fmaf(xt[i], v, p[i % 16]);
             }

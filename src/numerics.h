@@ -20,6 +20,20 @@ static inline f4 load4(const float *p) {
     return v;
 }
 
+/* Element i of an f32 or a bf16 tensor from a shard. Such tensors may sit at any byte offset
+ * (an fp8 checkpoint packs them after byte-sized ones), so they are read with memcpy, never
+ * through a typed pointer that would claim their alignment. */
+static inline float f32_at(const void *p, int64_t i) {
+    float v;
+    memcpy(&v, (const char *)p + i * (int64_t)sizeof v, sizeof v);
+    return v;
+}
+static inline uint16_t u16_at(const void *p, int64_t i) {
+    uint16_t v;
+    memcpy(&v, (const char *)p + i * (int64_t)sizeof v, sizeof v);
+    return v;
+}
+
 /* 16 floats, the same way: four SSE2 / NEON registers, or one AVX-512 register in a function
  * compiled for it (such a function has a baseline twin, chosen at run time). LOAD16 reads one
  * from any float address. */

@@ -7,17 +7,17 @@ golden=${DSV41_GOLDEN:-${DSV41_SHARED:-../shared}/golden/ds41_tiny_golden.json}
 
 if [ ! -f "$golden" ]; then bad "golden not found at $golden"; echo "$passed passed, $failed failed"; exit 1; fi
 
-out=$(./dsv41 check "$golden"); rc=$?
+out=$("$dsv41" check "$golden"); rc=$?
 last=$(printf '%s\n' "$out" | tail -n 1)
 [ $rc -eq 0 ] && [ "$last" = "443 passed, 0 failed" ] && ok || bad "check on the golden: rc=$rc, '$last'"
 
 # the fast kernels and the pool at 1 and several threads
 for t in 1 2 3; do
-    last=$(./dsv41 check "$golden" -t $t | tail -n 1)
+    last=$("$dsv41" check "$golden" -t $t | tail -n 1)
     [ "$last" = "443 passed, 0 failed" ] && ok || bad "check on the golden at -t $t: '$last'"
 done
 for t in 0 257 x; do
-    err=$(./dsv41 check "$golden" -t $t 2>&1 >/dev/null); rc=$?
+    err=$("$dsv41" check "$golden" -t $t 2>&1 >/dev/null); rc=$?
     [ $rc -eq 2 ] && [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] && ok || bad "check -t $t: rc=$rc, '$err'"
 done
 
@@ -49,7 +49,7 @@ if "$PY" -c 'import numpy' 2>/dev/null; then
         set -- $spec
         "$PY" tests/ref/golden_gen.py -q --no-twin --out "$tmp/g.json" --geometry "$1" --batch "$2" --prefill "$3" \
             --decode "$4" --seed-ids "$5" >/dev/null 2>&1 || { bad "golden_gen $spec"; continue; }
-        out=$(./dsv41 check "$tmp/g.json"); rc=$?
+        out=$("$dsv41" check "$tmp/g.json"); rc=$?
         last=$(printf '%s\n' "$out" | tail -n 1)
         [ $rc -eq 0 ] && printf '%s\n' "$last" | grep -qE '^[1-9][0-9]* passed, 0 failed$' && ok || bad "check on golden $spec: '$last'"
         same_on_sets "check on golden $spec" 100000 ./dsv41 check "$tmp/g.json"
@@ -76,42 +76,46 @@ json.dump(g, open(dst, "w"))
 PY
 }
 for case in no_dim meta_shape meta_extra cap_shape cap_data no_regime bad_ids ratio; do
-    mk $case $case && expect_error "golden $case" ./dsv41 check "$tmp/$case.json"
+    mk $case $case && expect_error "golden $case" "$dsv41" check "$tmp/$case.json"
 done
 head -c 100000 "$golden" >"$tmp/truncated.json"
-expect_error "truncated golden" ./dsv41 check "$tmp/truncated.json"
-expect_error "missing golden" ./dsv41 check "$tmp/nonexistent.json"
+expect_error "truncated golden" "$dsv41" check "$tmp/truncated.json"
+expect_error "missing golden" "$dsv41" check "$tmp/nonexistent.json"
 echo '{"fixture": {}}' >"$tmp/notgolden.json"
-expect_error "not a golden" ./dsv41 check "$tmp/notgolden.json"
+expect_error "not a golden" "$dsv41" check "$tmp/notgolden.json"
 
 mk sample sample
-out=$(./dsv41 check "$tmp/sample.json"); rc=$?
+out=$("$dsv41" check "$tmp/sample.json"); rc=$?
 [ $rc -eq 1 ] && printf '%s\n' "$out" | grep -q '^FAIL decode13 L5.sa_o: max error' &&
     [ "$(printf '%s\n' "$out" | tail -n 1)" = "442 passed, 1 failed" ] && ok || bad "a wrong golden sample is reported: rc=$rc"
 
 # run on the built-in model
-out=$(./dsv41 run --ids 2,17,47 -n 16); rc=$?
+out=$("$dsv41" run --ids 2,17,47 -n 16); rc=$?
 ids=$(printf '%s\n' "$out" | head -n 1 | tr ',' '\n' | grep -cE '^[0-9]+$')
 [ $rc -eq 0 ] && [ "$ids" -eq 16 ] && printf '%s\n' "$out" | tail -n 1 | grep -qE '^prompt: 3 tokens, [0-9.]+ tok/s \| generated: 16 tokens, [0-9.]+ tok/s$' &&
     ok || bad "run: rc=$rc, output '$out'"
-again=$(./dsv41 run --ids 2,17,47 -n 16 | head -n 1)
+again=$("$dsv41" run --ids 2,17,47 -n 16 | head -n 1)
 [ "$again" = "$(printf '%s\n' "$out" | head -n 1)" ] && ok || bad "run is deterministic"
-expect_error "run past the context" ./dsv41 run --ids 2,17,47 -n 100
-expect_error "run with a bad id list" ./dsv41 run --ids 2,x
-expect_error "run with an id outside the vocabulary" ./dsv41 run --ids 2,64 -n 1
-expect_error "run with an unknown flag" ./dsv41 run --bogus
-expect_error "unknown command" ./dsv41 frobnicate
+out=$("$dsv41" run --ids 2 -n 3 2>&1); rc=$? # a one-token prefill has no compressed rows yet
+[ $rc -eq 0 ] && printf '%s\n' "$out" | head -n 1 | grep -qE '^[0-9]+,[0-9]+,[0-9]+$' && ok || bad "run of one prompt token: rc=$rc, '$out'"
+python3 -c 'import json, sys; c = json.load(open("models/tiny.json")); c.update(n_heads=1 << 20, head_dim=4096); json.dump(c, sys.stdout)' >"$tmp/wide.json"
+expect_error "a config whose n_heads*head_dim overflows" "$dsv41" synth --config "$tmp/wide.json" -o "$tmp/wide"
+expect_error "run past the context" "$dsv41" run --ids 2,17,47 -n 100
+expect_error "run with a bad id list" "$dsv41" run --ids 2,x
+expect_error "run with an id outside the vocabulary" "$dsv41" run --ids 2,64 -n 1
+expect_error "run with an unknown flag" "$dsv41" run --bogus
+expect_error "unknown command" "$dsv41" frobnicate
 
 # checkpoints: convert, load back, and every way a checkpoint can be broken
-./dsv41 convert --golden "$golden" --dtype bf16 -o "$tmp/ck" && ok || bad "convert bf16"
-out=$(./dsv41 check "$golden" -m "$tmp/ck" | tail -n 1)
+"$dsv41" convert --golden "$golden" --dtype bf16 -o "$tmp/ck" && ok || bad "convert bf16"
+out=$("$dsv41" check "$golden" -m "$tmp/ck" | tail -n 1)
 [ "$out" = "443 passed, 0 failed" ] && ok || bad "check -m on the bf16 checkpoint: '$out'"
-./dsv41 inspect "$tmp/ck" >"$tmp/inspect" && grep -q 'one decoded token reads' "$tmp/inspect" &&
+"$dsv41" inspect "$tmp/ck" >"$tmp/inspect" && grep -q 'one decoded token reads' "$tmp/inspect" &&
     grep -q 'candidate source' "$tmp/inspect" && ok || bad "inspect"
-./dsv41 convert --golden "$golden" --dtype fp8 -o "$tmp/ck8" && ./dsv41 run -m "$tmp/ck8" --ids 2,17,47 -n 4 >/dev/null &&
+"$dsv41" convert --golden "$golden" --dtype fp8 -o "$tmp/ck8" && "$dsv41" run -m "$tmp/ck8" --ids 2,17,47 -n 4 >/dev/null &&
     ok || bad "an fp8 checkpoint converts and runs"
-expect_error "convert over an existing directory" ./dsv41 convert --golden "$golden" --dtype bf16 -o "$tmp/ck"
-expect_error "convert with a bad dtype" ./dsv41 convert --golden "$golden" --dtype fp16 -o "$tmp/ck16"
+expect_error "convert over an existing directory" "$dsv41" convert --golden "$golden" --dtype bf16 -o "$tmp/ck"
+expect_error "convert with a bad dtype" "$dsv41" convert --golden "$golden" --dtype fp16 -o "$tmp/ck16"
 [ ! -e "$tmp/ck16" ] && [ -z "$(ls "$tmp" | grep tmp-)" ] && ok || bad "a failed convert leaves nothing behind"
 
 # break a copy of the checkpoint in one way, then expect a one-line error naming file and tensor
@@ -188,21 +192,21 @@ PY
 }
 for case in truncated header_json offsets dtype shape overflow missing no_shard roles; do
     broken $case
-    expect_error "checkpoint: $case" ./dsv41 inspect "$tmp/b_$case"
+    expect_error "checkpoint: $case" "$dsv41" inspect "$tmp/b_$case"
     grep -q "model-0000\|safetensors\|wq_a\|tensor" "$tmp/err" && ok || bad "checkpoint $case: the error names no file or tensor: $(cat "$tmp/err")"
 done
 broken extras
-out=$(./dsv41 check "$golden" -m "$tmp/b_extras" | tail -n 1)
+out=$("$dsv41" check "$golden" -m "$tmp/b_extras" | tail -n 1)
 [ "$out" = "443 passed, 0 failed" ] && ok || bad "a checkpoint with the release's DSpark, vision and bias_vl tensors: '$out'"
-./dsv41 inspect "$tmp/b_extras" | grep -q '^checkpoint: [0-9]* tensors in 3 shards, .* 11 tensors the text pass leaves unread' &&
+"$dsv41" inspect "$tmp/b_extras" | grep -q '^checkpoint: [0-9]* tensors in 3 shards, .* 11 tensors the text pass leaves unread' &&
     ok || bad "inspect counts the tensors the text pass leaves unread"
 for case in unknown vl_outside; do
     broken $case
-    expect_error "checkpoint: $case tensor" ./dsv41 inspect "$tmp/b_$case"
+    expect_error "checkpoint: $case tensor" "$dsv41" inspect "$tmp/b_$case"
     grep -q "tensor 'layers\.[0-9]*\.ffn\.gate\.bias_\(xl\|vl\)' is not used" "$tmp/err" && ok || bad "checkpoint $case: $(cat "$tmp/err")"
 done
 broken flat
-out=$(./dsv41 check "$golden" -m "$tmp/b_flat" | tail -n 1)
+out=$("$dsv41" check "$golden" -m "$tmp/b_flat" | tail -n 1)
 [ "$out" = "443 passed, 0 failed" ] && ok || bad "the flat config.json form: '$out'"
 
 finish

@@ -73,19 +73,19 @@ put("missing", missing)
 put("wrong_shape", wrong_shape)
 PY
 
-total=$(./dsv41 check "$golden" | tail -n 1 | sed 's/ passed.*//')
+total=$($dsv41 check "$golden" | tail -n 1 | sed 's/ passed.*//')
 for case in f32_sample bf16_sample f32_checksum bf16_checksum int_capture missing; do
     name=$(cat "$tmp/$case.name")
-    out=$(./dsv41 check "$tmp/$case.json"); rc=$?
+    out=$($dsv41 check "$tmp/$case.json"); rc=$?
     [ $rc -eq 1 ] && printf '%s\n' "$out" | grep -q "^FAIL $name: " &&
         [ "$(printf '%s\n' "$out" | tail -n 1)" = "$((total - 1)) passed, 1 failed" ] && ok ||
         bad "golden $case ($name) must fail exactly that capture: rc=$rc, $(printf '%s\n' "$out" | tail -n 2 | tr '\n' ' ')"
 done
-expect_error "golden wrong_shape" ./dsv41 check "$tmp/wrong_shape.json"
+expect_error "golden wrong_shape" $dsv41 check "$tmp/wrong_shape.json"
 grep -qF "$(cut -d' ' -f2 "$tmp/wrong_shape.name")" "$tmp/err" && ok || bad "wrong shape: the error names no capture: $(cat "$tmp/err")"
 
 # shards: the last tensor of a shard ending one byte, or 64 bytes, past the data
-./dsv41 convert --golden "$golden" --dtype fp8 -o "$tmp/ck" || bad "convert"
+$dsv41 convert --golden "$golden" --dtype fp8 -o "$tmp/ck" || bad "convert"
 short() { # $1 case, $2 python statement on raw (the shard's bytes), n (header length), h (header)
     rm -rf "$tmp/$1"; cp -r "$tmp/ck" "$tmp/$1"
     python3 - "$tmp/$1/model-00002-of-00003.safetensors" "$2" <<'PY'
@@ -101,14 +101,14 @@ exec(sys.argv[2])
 PY
 }
 short cut1 'open(path, "wb").write(raw[:-1])'
-expect_error "a shard cut one byte short" ./dsv41 inspect "$tmp/cut1"
+expect_error "a shard cut one byte short" $dsv41 inspect "$tmp/cut1"
 short cut64 'open(path, "wb").write(raw[:-64])'
-expect_error "a shard cut 64 bytes short" ./dsv41 inspect "$tmp/cut64"
+expect_error "a shard cut 64 bytes short" $dsv41 inspect "$tmp/cut64"
 short past64 'last = max((k for k in h if k != "__metadata__"), key=lambda k: h[k]["data_offsets"][1])
 h[last]["data_offsets"] = [o + 64 for o in h[last]["data_offsets"]]
 rewrite(h, raw[8 + n:])'
-expect_error "a tensor ending 64 bytes past its shard's data" ./dsv41 inspect "$tmp/past64"
+expect_error "a tensor ending 64 bytes past its shard's data" $dsv41 inspect "$tmp/past64"
 grep -q "model-00002-of-00003" "$tmp/err" && ok || bad "the error names no shard: $(cat "$tmp/err")"
-./dsv41 inspect "$tmp/ck" >/dev/null && ok || bad "the unbroken checkpoint loads"
+$dsv41 inspect "$tmp/ck" >/dev/null && ok || bad "the unbroken checkpoint loads"
 
 finish

@@ -26,7 +26,7 @@ PY
 }
 # case|word the message must name|python statement on g
 while IFS='|' read -r case word stmt; do
-    c=${case%% *}; gold "$c" "$stmt" && expect_named "golden: $case" "$word" ./dsv41 check "$tmp/$c.json"
+    c=${case%% *}; gold "$c" "$stmt" && expect_named "golden: $case" "$word" $dsv41 check "$tmp/$c.json"
 done <<'EOF'
 vocab_1e30|vocab_size|g["fixture"]["vocab_size"] = 1e30
 vocab_nan|vocab_size|g["fixture"]["vocab_size"] = float("nan")
@@ -56,24 +56,24 @@ json.dump(c, open(sys.argv[2], "w"))
 PY
 }
 conf eps 'c["norm_eps"] = float("nan")'
-expect_named "config: NaN norm_eps" norm_eps ./dsv41 synth --config "$tmp/eps.cfg.json" -o "$tmp/eps_ck"
+expect_named "config: NaN norm_eps" norm_eps $dsv41 synth --config "$tmp/eps.cfg.json" -o "$tmp/eps_ck"
 conf theta 'c["rope_theta"] = float("inf")'
-expect_named "config: infinite rope_theta" rope_theta ./dsv41 synth --config "$tmp/theta.cfg.json" -o "$tmp/theta_ck"
+expect_named "config: infinite rope_theta" rope_theta $dsv41 synth --config "$tmp/theta.cfg.json" -o "$tmp/theta_ck"
 conf dim 'c["dim"] = 64.5'
-expect_named "config: a float dim" dim ./dsv41 synth --config "$tmp/dim.cfg.json" -o "$tmp/dim_ck"
+expect_named "config: a float dim" dim $dsv41 synth --config "$tmp/dim.cfg.json" -o "$tmp/dim_ck"
 [ -z "$(ls "$tmp" | grep -e _ck)" ] && ok || bad "failed synths leave nothing behind: $(ls "$tmp")"
 
 # a huge index_topk: the top-k never holds more than the compressed entries so far, so it runs
 # (before: abort "out of memory for 192 bytes of scratch") and equals index_topk = max_seq_len
 conf topk_huge 'c["index_topk"] = 2**30'
 conf topk_ctx 'c["index_topk"] = c["max_seq_len"]'
-./dsv41 synth --config "$tmp/topk_huge.cfg.json" -o "$tmp/topk_huge" && ./dsv41 synth --config "$tmp/topk_ctx.cfg.json" -o "$tmp/topk_ctx" &&
-    a=$(./dsv41 run -m "$tmp/topk_huge" --ids 2,17,47,5,9,33,12,60,7,3,21,40 -n 8 2>&1 | head -n 1) &&
-    b=$(./dsv41 run -m "$tmp/topk_ctx" --ids 2,17,47,5,9,33,12,60,7,3,21,40 -n 8 2>&1 | head -n 1) &&
+$dsv41 synth --config "$tmp/topk_huge.cfg.json" -o "$tmp/topk_huge" && $dsv41 synth --config "$tmp/topk_ctx.cfg.json" -o "$tmp/topk_ctx" &&
+    a=$($dsv41 run -m "$tmp/topk_huge" --ids 2,17,47,5,9,33,12,60,7,3,21,40 -n 8 2>&1 | head -n 1) &&
+    b=$($dsv41 run -m "$tmp/topk_ctx" --ids 2,17,47,5,9,33,12,60,7,3,21,40 -n 8 2>&1 | head -n 1) &&
     [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "index_topk 2^30 runs as index_topk = max_seq_len: '$a' vs '$b'"
 
 # ---- checkpoints: a converted copy broken in one way
-./dsv41 convert --golden "$golden" --dtype bf16 -o "$tmp/ck" || bad "convert"
+$dsv41 convert --golden "$golden" --dtype bf16 -o "$tmp/ck" || bad "convert"
 broken() { # $1 case, $2 python statement (d: the copy; shard(i), header, rewrite(i, header), cfg, save_cfg)
     rm -rf "$tmp/b_$1"; cp -r "$tmp/ck" "$tmp/b_$1"
     python3 - "$tmp/b_$1" "$2" <<'PY'
@@ -95,64 +95,64 @@ broken overlap 'h, data = header(1); names = [k for k in h if k != "__metadata__
 a, b = names[0], next(k for k in names[1:] if h[k]["data_offsets"][1] - h[k]["data_offsets"][0] <= h[names[0]]["data_offsets"][1] - h[names[0]]["data_offsets"][0])
 h[b]["data_offsets"] = [h[a]["data_offsets"][0], h[a]["data_offsets"][0] + h[b]["data_offsets"][1] - h[b]["data_offsets"][0]]
 rewrite(1, h, data)'
-expect_named "checkpoint: two tensors share bytes" overlap ./dsv41 inspect "$tmp/b_overlap"
+expect_named "checkpoint: two tensors share bytes" overlap $dsv41 inspect "$tmp/b_overlap"
 broken wrong_shard 'p = os.path.join(d, "model.safetensors.index.json"); idx = json.load(open(p))
 idx["weight_map"]["embed.weight"] = "model-00002-of-00003.safetensors"; json.dump(idx, open(p, "w"))'
-expect_named "checkpoint: the index names a shard without the tensor" embed.weight ./dsv41 inspect "$tmp/b_wrong_shard"
+expect_named "checkpoint: the index names a shard without the tensor" embed.weight $dsv41 inspect "$tmp/b_wrong_shard"
 broken metadata 'h, data = header(1); h["__metadata__"] = "pt"; rewrite(1, h, data)'
-expect_named "checkpoint: a non-object __metadata__" __metadata__ ./dsv41 inspect "$tmp/b_metadata"
+expect_named "checkpoint: a non-object __metadata__" __metadata__ $dsv41 inspect "$tmp/b_metadata"
 broken shape_wrap 'h, data = header(1); k = next(k for k in h if k != "__metadata__"); h[k]["shape"] = [2**32, 2**32, 2**33]; rewrite(1, h, data)'
-expect_named "checkpoint: a shape whose element count wraps" shape ./dsv41 inspect "$tmp/b_shape_wrap"
+expect_named "checkpoint: a shape whose element count wraps" shape $dsv41 inspect "$tmp/b_shape_wrap"
 broken neg_layer 'cfg["text_config"]["candidate_source_layer_id"] = -2; save_cfg()'
-expect_named "checkpoint: a negative layer id" candidate_source_layer_id ./dsv41 inspect "$tmp/b_neg_layer"
+expect_named "checkpoint: a negative layer id" candidate_source_layer_id $dsv41 inspect "$tmp/b_neg_layer"
 broken eps 'cfg["text_config"]["rms_norm_eps"] = float("nan"); save_cfg()'
-expect_named "checkpoint: NaN rms_norm_eps" rms_norm_eps ./dsv41 inspect "$tmp/b_eps"
+expect_named "checkpoint: NaN rms_norm_eps" rms_norm_eps $dsv41 inspect "$tmp/b_eps"
 # a bad vocab_size is the config's fault, a bad map entry the map's
 broken vocab 'cfg["text_config"]["vocab_size"] = 64.5; save_cfg()'
-expect_named "checkpoint: a float vocab_size is blamed on config.json" config.json ./dsv41 inspect "$tmp/b_vocab"
+expect_named "checkpoint: a float vocab_size is blamed on config.json" config.json $dsv41 inspect "$tmp/b_vocab"
 grep -q vocab_size "$tmp/err" && ! grep -q engram_token_map "$tmp/err" && ok || bad "vocab_size: $(cat "$tmp/err")"
 broken map_entry 'p = os.path.join(d, "engram_token_map.json"); m = json.load(open(p)); m[5] = 10**6; json.dump(m, open(p, "w"))'
-expect_named "checkpoint: a bad map entry is blamed on the map" engram_token_map.json ./dsv41 inspect "$tmp/b_map_entry"
+expect_named "checkpoint: a bad map entry is blamed on the map" engram_token_map.json $dsv41 inspect "$tmp/b_map_entry"
 broken map_float 'p = os.path.join(d, "engram_token_map.json"); m = json.load(open(p)); m[5] = 5.5; json.dump(m, open(p, "w"))'
-expect_named "checkpoint: a float map entry" "entry 5" ./dsv41 inspect "$tmp/b_map_float"
+expect_named "checkpoint: a float map entry" "entry 5" $dsv41 inspect "$tmp/b_map_float"
 # NaN weights: the run fails with a message instead of printing tokens 0,0,0
 broken nan_weight 'h, data = header(2); o = h["norm.weight"]["data_offsets"][0]; data = bytearray(data); data[o:o + 2] = b"\xc0\x7f"; rewrite(2, h, bytes(data))'
-expect_named "checkpoint: NaN weights fail the run" NaN ./dsv41 run -m "$tmp/b_nan_weight" --ids 2,17,47 -n 3
+expect_named "checkpoint: NaN weights fail the run" NaN $dsv41 run -m "$tmp/b_nan_weight" --ids 2,17,47 -n 3
 # a FIFO where a shard should be: refused at once, never a hang in open()
 rm -rf "$tmp/b_fifo"; cp -r "$tmp/ck" "$tmp/b_fifo"; rm "$tmp/b_fifo/model-00002-of-00003.safetensors"
 mkfifo "$tmp/b_fifo/model-00002-of-00003.safetensors"
-expect_named "checkpoint: a FIFO shard" "not a regular file" timeout 20 ./dsv41 inspect "$tmp/b_fifo"
+expect_named "checkpoint: a FIFO shard" "not a regular file" timeout 20 $dsv41 inspect "$tmp/b_fifo"
 rm -rf "$tmp/c_fifo"; cp -r "$tmp/ck" "$tmp/c_fifo"; rm "$tmp/c_fifo/config.json"; mkfifo "$tmp/c_fifo/config.json"
-expect_named "checkpoint: a FIFO config.json" "not a regular file" timeout 20 ./dsv41 inspect "$tmp/c_fifo"
+expect_named "checkpoint: a FIFO config.json" "not a regular file" timeout 20 $dsv41 inspect "$tmp/c_fifo"
 
 # ---- run: numeric flags
-expect_named "run -n past int64 in the context check" "-n" ./dsv41 run --ids 2,17,47 -n 9223372036854775807
-expect_named "run -n past int32" "-n" ./dsv41 run --ids 2,17,47 -n 4294967298
+expect_named "run -n past int64 in the context check" "-n" $dsv41 run --ids 2,17,47 -n 9223372036854775807
+expect_named "run -n past int32" "-n" $dsv41 run --ids 2,17,47 -n 4294967298
 for flag in -n --top-k --seed -t --temp --top-p --min-p; do
     for v in nan inf -inf 1e400; do
-        expect_named "run -p $flag $v" "$flag" ./dsv41 run -m "$tmp/ck" -p hi $flag $v
+        expect_named "run -p $flag $v" "$flag" $dsv41 run -m "$tmp/ck" -p hi $flag $v
     done
 done
-expect_named "run -p --seed 1.5" "--seed" ./dsv41 run -m "$tmp/ck" -p hi --seed 1.5
-expect_named "run -p --top-k -1" "--top-k" ./dsv41 run -m "$tmp/ck" -p hi --top-k -1
+expect_named "run -p --seed 1.5" "--seed" $dsv41 run -m "$tmp/ck" -p hi --seed 1.5
+expect_named "run -p --top-k -1" "--top-k" $dsv41 run -m "$tmp/ck" -p hi --top-k -1
 
 # ---- render: content the prompt cannot carry
 chat() { python3 -c 'import sys; open(sys.argv[1], "wb").write(sys.argv[2].encode("utf-8", "surrogatepass"))' "$tmp/$1.chat.json" "$2"; }
 chat nul '{"messages": [{"role": "user", "content": "a\u0000b"}]}'
-expect_named "render: a NUL in content" "messages[0].content" ./dsv41 render --chat "$tmp/nul.chat.json"
+expect_named "render: a NUL in content" "messages[0].content" $dsv41 render --chat "$tmp/nul.chat.json"
 chat surrogate '{"messages": [{"role": "user", "content": "ab\ud800c"}]}'
-expect_named "render: a lone surrogate escape" "messages[0].content" ./dsv41 render --chat "$tmp/surrogate.chat.json"
+expect_named "render: a lone surrogate escape" "messages[0].content" $dsv41 render --chat "$tmp/surrogate.chat.json"
 printf '{"messages": [{"role": "system", "content": "ok"}, {"role": "user", "content": "bad \377 byte"}]}' >"$tmp/raw.chat.json"
-expect_named "render: a raw invalid byte" "messages[1].content: invalid UTF-8 at byte offset 4" ./dsv41 render --chat "$tmp/raw.chat.json"
+expect_named "render: a raw invalid byte" "messages[1].content: invalid UTF-8 at byte offset 4" $dsv41 render --chat "$tmp/raw.chat.json"
 chat tool_nul '{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f\u0000", "parameters": {}}}]}'
-expect_named "render: a NUL anywhere in the case" "tools[0].function.name" ./dsv41 render --chat "$tmp/tool_nul.chat.json"
+expect_named "render: a NUL anywhere in the case" "tools[0].function.name" $dsv41 render --chat "$tmp/tool_nul.chat.json"
 
 # ---- convert / synth stopped by a signal while writing: no temporary directory is left, and
 # the exit status is 128 + the signal. The model is bench/mini.json with 6 experts, so that
 # writing lasts long enough to be caught in the act.
 python3 -c 'import json, sys; c = json.load(open("bench/mini.json")); c["n_routed_experts"] = 6; json.dump(c, open(sys.argv[1], "w"))' "$tmp/mid.json"
 for sig in TERM INT; do
-    ./dsv41 synth --config "$tmp/mid.json" --dtype fp8 -o "$tmp/sig_$sig" 2>"$tmp/sig_err" &
+    $dsv41 synth --config "$tmp/mid.json" --dtype fp8 -o "$tmp/sig_$sig" 2>"$tmp/sig_err" &
     pid=$!
     i=0
     while [ $i -lt 600 ] && ! ls "$tmp" | grep -q "sig_$sig.tmp-" && kill -0 $pid 2>/dev/null; do sleep 0.1; i=$((i + 1)); done

@@ -1,6 +1,7 @@
 # lib.sh - what the CLI test scripts share: run from the repository root with a temporary
 # folder, count cases, and check that bad input fails the way the project promises.
 cd "$(dirname "$0")/.." || exit 1
+dsv41=${DSV41:-./dsv41} # the program under test (`make sanitize` names its own build)
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 passed=0; failed=0
@@ -59,7 +60,7 @@ tok = {
 }
 json.dump(tok, open(sys.argv[3], "w"), ensure_ascii=False)
 PY
-    ./dsv41 synth --config "$tmp/tiny.json" -o "$1" && cp "$tmp/tokenizer.json" "$1/"
+    "$dsv41" synth --config "$tmp/tiny.json" -o "$1" && cp "$tmp/tokenizer.json" "$1/"
 }
 
 # the closing line, and the exit status

@@ -12,7 +12,7 @@ if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64 >/
     finish; exit
 fi
 for t in test_kernels test_kernel_sets; do
-    if ! make -s build/aarch64/$t >"$tmp/make" 2>&1; then bad "cross-build $t: $(tail -n 3 "$tmp/make")"; continue; fi
+    if ! MAKEFLAGS= make -s build/aarch64/$t >"$tmp/make" 2>&1; then bad "cross-build $t: $(tail -n 3 "$tmp/make")"; continue; fi
     out=$(qemu-aarch64 -L /usr/aarch64-linux-gnu build/aarch64/$t 2>&1); rc=$?
     printf '%s\n' "$out" | grep -E '^(FAIL|kernel set|best)'
     line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)

@@ -162,7 +162,11 @@ static void test_resident_memory(void) {
     long anon1 = status_kb("RssAnon:"), file1 = status_kb("RssFile:");
     printf("resident after load: +%ld kB anonymous, +%ld kB file-backed (model files about 100000 kB)\n", anon1 - anon0,
            file1 - file0);
+#ifdef TEST_ASAN
+    printf("resident memory after load not checked under AddressSanitizer\n");
+#else
     CHECK(anon1 - anon0 < 4096 && file1 - file0 < 4096, "loading maps the tensors instead of reading them");
+#endif
     dsv41_session *s = dsv41_session_new(m);
     int32_t ids[3] = {5, 6, 7};
     float *lg = malloc(256 * 4);

@@ -223,6 +223,10 @@ static void test_outside_at(const kernel_set *k, int64_t T) {
     q[40] = 1000.0f;
     check_case(k, &w8, 1, T, q, xs, cols, "e4m3, input 1000");
     check_case(k, &w4, 1, T, q, xs, cols, "fp4, input 1000");
+    /* and far past it (a NaN or huge activation from bad weights): no integer path overflows */
+    q[40] = 3e38f;
+    check_case(k, &w8, 1, T, q, xs, cols, "e4m3, input 3e38");
+    check_case(k, &w4, 1, T, q, xs, cols, "fp4, input 3e38");
     q[40] = keep;
     /* inputs with nothing in the low 3 bits of 512x (no input below 1/8): the integer paths
      * skip their products of those bits everywhere */
