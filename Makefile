@@ -1,8 +1,11 @@
 # dsv41 - plain Makefile. `make` builds the library and the dsv41 program; `make test` runs the suite.
+# `make sanitize` and `make tsan` build everything again under ASan+UBSan and ThreadSanitizer, each
+# in its own folder under build/, and run the whole suite on those builds.
 CC      ?= gcc
 CFLAGS  ?= -O2
-# -ffp-contract=off: the reference's rounding points assume no fused multiply-adds
-CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -ffp-contract=off -Iinclude -Isrc
+# The flags the build needs are appended to any CFLAGS given on the command line, never replaced by
+# them. -ffp-contract=off: the reference's rounding points assume no fused multiply-adds.
+override CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -ffp-contract=off -Iinclude -Isrc
 LDLIBS  = -lpcre2-8 -lutf8proc -lm -lpthread
 CLI_LDLIBS = -ledit
 # the library is position independent (one set of objects serves the .so and the .a) and
@@ -10,6 +13,9 @@ CLI_LDLIBS = -ledit
 LIB_CFLAGS = -fPIC -fvisibility=hidden
 # the objcopy of the compiler's own binutils (a cross compiler's knows its target)
 OBJCOPY ?= $(shell $(CC) -print-prog-name=objcopy)
+# where objects, the library and the test programs go, and the program itself
+BUILD   ?= build
+PROGRAM ?= dsv41
 
 VERSION := $(shell sed -n 's/^\#define DSV41_VERSION "\(.*\)"/\1/p' include/dsv41.h)
 SOMAJOR := $(firstword $(subst ., ,$(VERSION)))
@@ -21,56 +27,56 @@ INCDIR  = $(PREFIX)/include
 MANDIR  = $(PREFIX)/share/man
 
 LIB_SRC = $(wildcard src/*.c)
-LIB_OBJ = $(LIB_SRC:src/%.c=build/%.o) build/tiny_model.o
-TESTS   = $(patsubst tests/%.c,build/%,$(wildcard tests/test_*.c))
-EXAMPLES = $(patsubst examples/%.c,build/example_%,$(wildcard examples/*.c))
+LIB_OBJ = $(LIB_SRC:src/%.c=$(BUILD)/%.o) $(BUILD)/tiny_model.o
+TESTS   = $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
+EXAMPLES = $(patsubst examples/%.c,$(BUILD)/example_%,$(wildcard examples/*.c))
 
-all: dsv41 build/libdsv41.so build/libdsv41.a
+all: $(PROGRAM) $(BUILD)/libdsv41.so $(BUILD)/libdsv41.a
 
-build/%.o: src/%.c $(wildcard src/*.h) include/dsv41.h | build
+$(BUILD)/%.o: src/%.c $(wildcard src/*.h) include/dsv41.h | $(BUILD)
 	$(CC) $(CFLAGS) $(LIB_CFLAGS) -c $< -o $@
 
 # the sampler's exp loop vectorizes only with the full vectorizer and no FP-trap ordering
 # (neither changes a result: no fast-math, no contraction)
-build/sampler.o: CFLAGS += -O3 -fno-trapping-math
+$(BUILD)/sampler.o: override CFLAGS += -O3 -fno-trapping-math
 
-build/embed: tools/embed.c | build
+$(BUILD)/embed: tools/embed.c | $(BUILD)
 	$(CC) $(CFLAGS) $< -o $@
 
-build/tiny_model.c: models/tiny.json build/embed
-	build/embed $< tiny_model_json > $@.tmp && mv $@.tmp $@
+$(BUILD)/tiny_model.c: models/tiny.json $(BUILD)/embed
+	$(BUILD)/embed $< tiny_model_json > $@.tmp && mv $@.tmp $@
 
-build/tiny_model.o: build/tiny_model.c
+$(BUILD)/tiny_model.o: $(BUILD)/tiny_model.c
 	$(CC) $(CFLAGS) $(LIB_CFLAGS) -c $< -o $@
 
 # The unit tests call internal functions: they link the objects as they are.
-build/libdsv41_internal.a: $(LIB_OBJ)
+$(BUILD)/libdsv41_internal.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 # The static library is one relocatable object whose internal (hidden) names are made local,
 # so that a program with its own linear() or json_free() links against it: only the dsv41_
 # names are global, as in the shared library.
-build/libdsv41.a: $(LIB_OBJ)
-	$(CC) -r -nostdlib $^ -o build/dsv41_lib.o && $(OBJCOPY) --localize-hidden build/dsv41_lib.o
-	rm -f $@ && ar rcs $@ build/dsv41_lib.o
+$(BUILD)/libdsv41.a: $(LIB_OBJ)
+	$(CC) -r -nostdlib $^ -o $(BUILD)/dsv41_lib.o && $(OBJCOPY) --localize-hidden $(BUILD)/dsv41_lib.o
+	rm -f $@ && ar rcs $@ $(BUILD)/dsv41_lib.o
 
-build/libdsv41.so.$(VERSION): $(LIB_OBJ)
+$(BUILD)/libdsv41.so.$(VERSION): $(LIB_OBJ)
 	$(CC) -shared -Wl,-soname,$(SONAME) $^ $(LDLIBS) -o $@
 
-build/libdsv41.so: build/libdsv41.so.$(VERSION)
-	ln -sf libdsv41.so.$(VERSION) build/$(SONAME) && ln -sf $(SONAME) $@
+$(BUILD)/libdsv41.so: $(BUILD)/libdsv41.so.$(VERSION)
+	ln -sf libdsv41.so.$(VERSION) $(BUILD)/$(SONAME) && ln -sf $(SONAME) $@
 
 # ---- the HTTP server (`dsv41 serve`): its own folder, linked into the program only; the chat
 # page's files (server/ui/NAME.EXT) are embedded as the arrays ui_NAME_EXT
 SERVER_SRC    = $(wildcard server/*.c)
-SERVER_UI     = $(patsubst server/ui/%,build/ui_%.c,$(wildcard server/ui/*))
+SERVER_UI     = $(patsubst server/ui/%,$(BUILD)/ui_%.c,$(wildcard server/ui/*))
 SERVER_LDLIBS = -lmicrohttpd
 
-build/ui_%.c: server/ui/% build/embed
-	build/embed $< ui_$(subst .,_,$*) > $@.tmp && mv $@.tmp $@
+$(BUILD)/ui_%.c: server/ui/% $(BUILD)/embed
+	$(BUILD)/embed $< ui_$(subst .,_,$*) > $@.tmp && mv $@.tmp $@
 
-dsv41: $(wildcard cli/*.c cli/*.h) $(SERVER_SRC) $(SERVER_UI) $(wildcard server/*.h) build/libdsv41.a
-	$(CC) $(CFLAGS) -Icli $(wildcard cli/*.c) $(SERVER_SRC) $(SERVER_UI) build/libdsv41.a $(LDLIBS) $(CLI_LDLIBS) $(SERVER_LDLIBS) -o $@
+$(PROGRAM): $(wildcard cli/*.c cli/*.h) $(SERVER_SRC) $(SERVER_UI) $(wildcard server/*.h) $(BUILD)/libdsv41.a
+	$(CC) $(CFLAGS) -Icli $(wildcard cli/*.c) $(SERVER_SRC) $(SERVER_UI) $(BUILD)/libdsv41.a $(LDLIBS) $(CLI_LDLIBS) $(SERVER_LDLIBS) -o $@
 
 # dsv41-mpi: the same program with the model split across MPI ranks (`make dsv41-mpi`, needs
 # mpicc). mpi/main.c starts MPI and runs the command line on rank 0, so the CLI's main is
@@ -78,24 +84,24 @@ dsv41: $(wildcard cli/*.c cli/*.h) $(SERVER_SRC) $(SERVER_UI) $(wildcard server/
 MPICC ?= mpicc
 CLI_SRC = $(wildcard cli/*.c)
 
-build/mpi_cli_%.o: cli/%.c $(wildcard cli/*.h) include/dsv41.h | build
+$(BUILD)/mpi_cli_%.o: cli/%.c $(wildcard cli/*.h) include/dsv41.h | $(BUILD)
 	$(CC) $(CFLAGS) -Dmain=dsv41_cli_main -c $< -o $@
 
-dsv41-mpi: mpi/main.c $(CLI_SRC:cli/%.c=build/mpi_cli_%.o) $(SERVER_SRC) $(SERVER_UI) $(wildcard server/*.h) build/libdsv41.a
-	$(MPICC) $(CFLAGS) -Icli mpi/main.c $(CLI_SRC:cli/%.c=build/mpi_cli_%.o) $(SERVER_SRC) $(SERVER_UI) build/libdsv41.a \
+dsv41-mpi: mpi/main.c $(CLI_SRC:cli/%.c=$(BUILD)/mpi_cli_%.o) $(SERVER_SRC) $(SERVER_UI) $(wildcard server/*.h) $(BUILD)/libdsv41.a
+	$(MPICC) $(CFLAGS) -Icli mpi/main.c $(CLI_SRC:cli/%.c=$(BUILD)/mpi_cli_%.o) $(SERVER_SRC) $(SERVER_UI) $(BUILD)/libdsv41.a \
 		$(LDLIBS) $(CLI_LDLIBS) $(SERVER_LDLIBS) -o $@
 
-build/test_%: tests/test_%.c tests/testing.h build/libdsv41_internal.a
-	$(CC) $(CFLAGS) $< build/libdsv41_internal.a $(LDLIBS) -o $@
+$(BUILD)/test_%: tests/test_%.c tests/testing.h $(BUILD)/libdsv41_internal.a
+	$(CC) $(CFLAGS) $< $(BUILD)/libdsv41_internal.a $(LDLIBS) -o $@
 
-build/example_%: examples/%.c build/libdsv41.a
-	$(CC) $(CFLAGS) $< build/libdsv41.a $(LDLIBS) -o $@
+$(BUILD)/example_%: examples/%.c $(BUILD)/libdsv41.a
+	$(CC) $(CFLAGS) $< $(BUILD)/libdsv41.a $(LDLIBS) -o $@
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) $(DESTDIR)$(MANDIR)/man1
-	install -m 755 dsv41 $(DESTDIR)$(BINDIR)/dsv41
-	install -m 644 build/libdsv41.a $(DESTDIR)$(LIBDIR)/libdsv41.a
-	install -m 755 build/libdsv41.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libdsv41.so.$(VERSION)
+	install -m 755 $(PROGRAM) $(DESTDIR)$(BINDIR)/dsv41
+	install -m 644 $(BUILD)/libdsv41.a $(DESTDIR)$(LIBDIR)/libdsv41.a
+	install -m 755 $(BUILD)/libdsv41.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libdsv41.so.$(VERSION)
 	ln -sf libdsv41.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libdsv41.so
 	install -m 644 include/dsv41.h $(DESTDIR)$(INCDIR)/dsv41.h
@@ -107,17 +113,83 @@ uninstall:
 	      $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libdsv41.so $(DESTDIR)$(INCDIR)/dsv41.h \
 	      $(DESTDIR)$(LIBDIR)/pkgconfig/dsv41.pc $(DESTDIR)$(MANDIR)/man1/dsv41.1
 
-build:
-	mkdir -p build
+$(BUILD):
+	mkdir -p $(BUILD)
+
+# The NEON set on x86: the library and two tests cross-built for arm64, run under qemu-user by
+# tests/neon.sh (needs gcc-aarch64-linux-gnu, libc6-dev-arm64-cross, qemu-user). The tests use
+# no tokenizer, so tests/arm64_stubs.c stands in for arm64 builds of PCRE2 and utf8proc.
+ARM_CC  = aarch64-linux-gnu-gcc
+ARM_AR  = aarch64-linux-gnu-ar
+ARM_OBJ = $(LIB_SRC:src/%.c=build/aarch64/%.o) build/aarch64/tiny_model.o
+
+build/aarch64/%.o: src/%.c $(wildcard src/*.h) include/dsv41.h | build/aarch64
+	$(ARM_CC) $(CFLAGS) -c $< -o $@
+
+build/aarch64/tiny_model.o: build/tiny_model.c | build/aarch64
+	$(ARM_CC) $(CFLAGS) -c $< -o $@
+
+build/aarch64/libdsv41.a: $(ARM_OBJ)
+	rm -f $@ && $(ARM_AR) rcs $@ $^
+
+build/aarch64/test_%: tests/test_%.c tests/testing.h tests/arm64_stubs.c build/aarch64/libdsv41.a
+	$(ARM_CC) $(CFLAGS) $< tests/arm64_stubs.c build/aarch64/libdsv41.a -lm -lpthread -o $@
+
+build/aarch64:
+	mkdir -p build/aarch64
 
 test: all $(TESTS) $(EXAMPLES)
-	tests/run.sh $(TESTS)
+	DSV41=./$(PROGRAM) tests/run.sh $(TESTS)
+
+# Any error report fails the run: UBSan stops at its first finding instead of carrying on.
+SANITIZE_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+TSAN_FLAGS = -O1 -g -fsanitize=thread
+
+sanitize:
+	$(MAKE) BUILD=build/asan PROGRAM=build/asan/dsv41 CFLAGS="$(SANITIZE_FLAGS)" test
+
+tsan:
+	$(MAKE) BUILD=build/tsan PROGRAM=build/tsan/dsv41 CFLAGS="$(TSAN_FLAGS)" test
 
 # dsv41-mpi on 2 and 3 ranks of this host (Open MPI's mpirun)
 test-mpi: dsv41 dsv41-mpi
 	tests/mpi.sh
 
+# ---- fuzzing: libFuzzer harnesses (tests/fuzz/fuzz_*.c) over the library built with clang,
+# ASan and UBSan. `make fuzz-smoke` runs each for 20 s from seeds made of the shared data (CI);
+# `tests/fuzz/run.sh SECONDS [HARNESS...]` runs them for as long as wanted (README).
+FUZZ_CC      = clang
+FUZZ_SAN     = -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_CFLAGS  = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -ffp-contract=off -Iinclude -Isrc -g -O1 \
+               -fno-omit-frame-pointer $(FUZZ_SAN)
+FUZZ_LIB_OBJ = $(LIB_SRC:src/%.c=build/fuzz/%.o) build/fuzz/tiny_model.o
+FUZZ_TARGETS = $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+
+build/fuzz/%.o: src/%.c $(wildcard src/*.h) include/dsv41.h | build/fuzz
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+# the SIMD kernel sets take minutes of CPU to compile under the sanitizers and only ever see
+# shapes the loader checked: they are built uninstrumented here
+build/fuzz/kernels_avx2.o build/fuzz/kernels_avx512.o build/fuzz/kernels_neon.o: FUZZ_SAN =
+
+build/fuzz/tiny_model.o: build/tiny_model.c | build/fuzz
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+
+build/fuzz/libdsv41.a: $(FUZZ_LIB_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h build/fuzz/libdsv41.a
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< build/fuzz/libdsv41.a $(LDLIBS) -o $@
+
+build/fuzz:
+	mkdir -p build/fuzz
+
+fuzz: $(FUZZ_TARGETS)
+
+fuzz-smoke: dsv41 fuzz
+	tests/fuzz/run.sh 20
+
 clean:
 	rm -rf build dsv41 dsv41-mpi
 
-.PHONY: all test test-mpi clean install uninstall
+.PHONY: all test test-mpi sanitize tsan clean fuzz fuzz-smoke install uninstall

@@ -44,23 +44,23 @@ static void print_help(const cli_cmd *c) {
     printf("  -h, --help                  this text\n");
 }
 
-static int bad_value(const cli_cmd *c, const cli_opt *o, const char *v) {
-    int n = first_len(o->names);
+/* A value o cannot take, named by the spelling the user wrote (flag [n]). */
+static int bad_value(const cli_cmd *c, const cli_opt *o, const char *flag, int n, const char *v) {
     switch (o->kind) {
     case OPT_I32: case OPT_I64:
-        fprintf(stderr, "dsv41: %s: %.*s wants an integer from %.0f to %.0f, not '%s'\n", c->name, n, o->names, o->lo, o->hi, v);
+        fprintf(stderr, "dsv41: %s: %.*s wants an integer from %.0f to %.0f, not '%s'\n", c->name, n, flag, o->lo, o->hi, v);
         break;
     case OPT_F32:
-        fprintf(stderr, "dsv41: %s: %.*s wants a number from %g to %g, not '%s'\n", c->name, n, o->names, o->lo, o->hi, v);
+        fprintf(stderr, "dsv41: %s: %.*s wants a number from %g to %g, not '%s'\n", c->name, n, flag, o->lo, o->hi, v);
         break;
     default:
-        fprintf(stderr, "dsv41: %s: %.*s wants a non-negative integer below 2^64, not '%s'\n", c->name, n, o->names, v);
+        fprintf(stderr, "dsv41: %s: %.*s wants a non-negative integer below 2^64, not '%s'\n", c->name, n, flag, v);
     }
     return 2;
 }
 
-/* Stores v in o's target; returns 0 or 2 after a message. */
-static int store(const cli_cmd *c, const cli_opt *o, const char *v) {
+/* Stores v in o's target (given as flag [n]); returns 0 or 2 after a message. */
+static int store(const cli_cmd *c, const cli_opt *o, const char *flag, int n, const char *v) {
     char *end;
     errno = 0;
     switch (o->kind) {
@@ -77,20 +77,20 @@ static int store(const cli_cmd *c, const cli_opt *o, const char *v) {
     }
     case OPT_I32: case OPT_I64: {
         long long x = strtoll(v, &end, 10);
-        if (end == v || *end || errno || (double)x < o->lo || (double)x > o->hi) return bad_value(c, o, v);
+        if (end == v || *end || errno || (double)x < o->lo || (double)x > o->hi) return bad_value(c, o, flag, n, v);
         if (o->kind == OPT_I32) *(int32_t *)o->dst = (int32_t)x;
         else *(int64_t *)o->dst = (int64_t)x;
         return 0;
     }
     case OPT_U64: {
         unsigned long long x = strtoull(v, &end, 10);
-        if (v[0] < '0' || v[0] > '9' || *end || errno) return bad_value(c, o, v);
+        if (v[0] < '0' || v[0] > '9' || *end || errno) return bad_value(c, o, flag, n, v);
         *(uint64_t *)o->dst = (uint64_t)x;
         return 0;
     }
     case OPT_F32: {
         double x = strtod(v, &end);
-        if (end == v || *end || !isfinite(x) || x < o->lo || x > o->hi) return bad_value(c, o, v);
+        if (end == v || *end || !isfinite(x) || x < o->lo || x > o->hi) return bad_value(c, o, flag, n, v);
         *(float *)o->dst = (float)x;
         return 0;
     }
@@ -133,7 +133,7 @@ int args_parse(const cli_cmd *c, int argc, char **argv) {
             fprintf(stderr, "dsv41: %s: %.*s takes no value\n", c->name, (int)len, a);
             return 2;
         }
-        if (store(c, o, v)) return 2;
+        if (store(c, o, a, (int)len, v)) return 2;
         if (o->seen) *o->seen = 1;
     }
     if (n_pos < c->min_pos) {

@@ -62,6 +62,10 @@ int args_parse(const cli_cmd *c, int argc, char **argv);
 /* The shared -t/--threads row and its action: 0 keeps the library's default. */
 #define OPT_THREADS(dst) \
     {"-t|--threads", "N", OPT_I32, (dst), 1, 256, NULL, "one per core", "worker threads; results do not depend on it"}
+/* The shared --kernels row; its value goes to use_kernels() (NULL: $DSV41_KERNELS or the fastest). */
+#define OPT_KERNELS(dst) \
+    {"--kernels", "SET", OPT_STR, (dst), 0, 0, NULL, "$DSV41_KERNELS, else the fastest", \
+     "the kernel set: scalar, avx2, avx512 or neon (dsv41 kernels lists this CPU's); results do not depend on it"}
 /* Applies a -t value (0: not given); returns 0, or 2 after a one-line error. */
 int args_apply_threads(int32_t threads);
 

@@ -52,7 +52,9 @@ typedef struct {
 
 /* Tokenizes text (special-token spellings included) and feeds it. A prefill of 64 or more
  * tokens shows its layers on a terminal; the display is removed again before the reply, whose
- * one-token calls would otherwise redraw (and erase) the line being streamed. */
+ * one-token calls would otherwise redraw (and erase) the line being streamed. Returns 0, 1 after an error
+ * message, or 2 when a signal stopped it (a stopped prefill leaves the session empty, a stopped
+ * append leaves part of the text in it). */
 static int feed_text(chat_state *c, const char *text) {
     int64_t n = dsv41_tokenize(c->tk, text, strlen(text), 1, NULL, 0);
     if (n < 0) return fail(dsv41_error());
@@ -66,11 +68,12 @@ static int feed_text(chat_state *c, const char *text) {
     dsv41_tokenize(c->tk, text, strlen(text), 1, c->hist + pos, n);
     dsv41_session_set_progress(c->s, n >= 64 && isatty(2) ? progress_layers : NULL, NULL);
     double t0 = now_s();
-    int rc = dsv41_session_forward(c->s, c->hist + pos, (int32_t)n, c->logits, NULL);
+    int rc = cli_signal ? -1 : dsv41_session_forward(c->s, c->hist + pos, (int32_t)n, c->logits, NULL);
     dsv41_session_set_progress(c->s, NULL, NULL);
     progress_clear();
     c->prompt_s += now_s() - t0;
     c->prompt_tokens += (int32_t)n;
+    if (rc && cli_signal) return 2;
     return rc ? fail(dsv41_error()) : 0;
 }
 
@@ -94,9 +97,8 @@ static int reply(chat_state *c, const gen_opts *o) {
     dsv41_utf8_stream st = {{0}, 0};
     int64_t limit = o->n_new >= 0 ? o->n_new : (int64_t)c->ctx;
     int ended = 0;
-    interrupted = 0;
     double t0 = now_s();
-    for (int64_t i = 0; i < limit && !interrupted; i++) {
+    for (int64_t i = 0; i < limit && !cli_signal; i++) {
         int32_t pos = dsv41_session_pos(c->s);
         if (dsv41_apply_penalties(&o->sp, c->hist, pos, c->logits, c->V)) { free(text); return fail(dsv41_error()), -1; }
         int32_t next = dsv41_sample(c->smp, c->logits);
@@ -106,7 +108,11 @@ static int reply(chat_state *c, const gen_opts *o) {
             break;
         }
         c->hist[pos] = next;
-        if (dsv41_session_forward(c->s, &next, 1, c->logits, NULL)) { free(text); return fail(dsv41_error()), -1; }
+        if (dsv41_session_forward(c->s, &next, 1, c->logits, NULL)) {
+            if (cli_signal) break; /* the signal cancelled this step: the reply ends here */
+            free(text);
+            return fail(dsv41_error()), -1;
+        }
         c->gen_tokens++;
         int shown = o->special || !dsv41_token_is_special(c->tk, next) || next == c->think_open || next == c->think_close;
         int64_t n = shown ? dsv41_detokenize(c->tk, &st, next, out, sizeof out) : 0;
@@ -166,11 +172,12 @@ static int open_chat(chat_state *c, const gen_opts *o) {
     c->hist = malloc((size_t)c->ctx * sizeof *c->hist);
     if (!(c->smp = dsv41_sampler_new(&o->sp, c->V))) return fail(dsv41_error());
     if (!(c->s = dsv41_session_new(c->m)) || !c->logits || !c->hist) return fail("out of memory");
-    on_sigint_install();
+    cli_cancel_target(c->s);
     return 0;
 }
 
 static void close_chat(chat_state *c) {
+    cli_cancel_target(NULL);
     free(c->logits);
     free(c->hist);
     dsv41_sampler_free(c->smp);
@@ -200,21 +207,34 @@ static char *read_file(const char *path) {
     return buf;
 }
 
+/* 1 when the user's text is valid UTF-8; else 0 after a message naming the offset in it (not
+ * in the rendered prompt, which the user never saw). */
+static int checked_utf8(chat_state *c, const char *what, const char *text) {
+    if (dsv41_tokenize(c->tk, text, strlen(text), 0, NULL, 0) >= 0) return 1;
+    fprintf(stderr, "dsv41: the %s text: %s\n", what, dsv41_error());
+    return 0;
+}
+
 int run_text(const gen_opts *o) {
     char *file_text = o->file ? read_file(o->file) : NULL;
     if (o->file && !file_text) return 1;
     chat_state c;
+    cli_catch_signals(1);
     if (open_chat(&c, o)) { close_chat(&c); free(file_text); return 1; }
-    const char *msgs[2] = {"user", file_text ? file_text : o->prompt};
-    char *text = render(o, msgs, 1);
-    int rc = text ? feed_text(&c, text) : fail(dsv41_error());
+    const char *user = file_text ? file_text : o->prompt, *msgs[2] = {"user", user};
+    char *text = NULL;
+    int rc = 0;
+    if (!checked_utf8(&c, o->file ? "-f" : "-p", user) || (o->system && !checked_utf8(&c, "--system", o->system))) rc = 1;
+    else if (!(text = render(o, msgs, 1))) rc = fail(dsv41_error());
+    else rc = feed_text(&c, text);
     free(text);
     free(file_text);
     if (rc == 0) gen_note_seed(o);
-    if (rc == 0 && !interrupted && reply(&c, o) < 0) rc = 1;
-    if (rc == 0) stats(&c);
+    if (rc == 0 && !cli_signal && reply(&c, o) < 0) rc = 1;
+    if (rc == 0 && !cli_signal) stats(&c);
     close_chat(&c);
-    return interrupted ? 130 : rc;
+    if (cli_signal) { fprintf(stderr, "dsv41: interrupted\n"); return 128 + cli_signal; }
+    return rc;
 }
 
 /* What the encoder puts between the end of a reply and the next reply: rendered from a
@@ -286,17 +306,28 @@ static const char CHAT_HELP[] =
     "a line ending in \\ continues on the next line; \"\"\" on its own line opens and closes a block\n"
     "Ctrl-C stops a reply\n";
 
+/* A new empty session in place of the conversation's. Returns 0, or 1 after a message. */
+static int restart(chat_state *c) {
+    cli_cancel_target(NULL); /* the handler must never see the session being freed */
+    dsv41_session_free(c->s);
+    c->s = dsv41_session_new(c->m);
+    if (!c->s) return fail(dsv41_error());
+    cli_cancel_target(c->s);
+    return 0;
+}
+
 int cmd_chat(int argc, char **argv) {
     gen_opts o;
     int rc = gen_parse(1, argc, argv, &o);
     if (rc >= 0) return rc;
     rc = 0;
     chat_state c;
+    cli_catch_signals(0);
     if (open_chat(&c, &o)) { close_chat(&c); return 1; }
     gen_note_seed(&o);
     int tty = isatty(0), started = 0;
     if (tty) fprintf(stderr, "dsv41 chat: /help lists the commands, /quit leaves, Ctrl-C stops a reply\n");
-    for (char *line; (interrupted = 0, line = read_message(tty)); free(line)) {
+    for (char *line; (cli_signal = 0, line = read_message(tty)); free(line)) {
         if (!strcmp(line, "/quit")) { free(line); break; }
         if (!strcmp(line, "/help")) { fputs(CHAT_HELP, stderr); continue; }
         if (!strncmp(line, "/save", 5) || !strncmp(line, "/load", 5)) {
@@ -304,8 +335,7 @@ int cmd_chat(int argc, char **argv) {
             continue;
         }
         if (!strcmp(line, "/reset")) {
-            dsv41_session_free(c.s);
-            if (!(c.s = dsv41_session_new(c.m))) { rc = fail(dsv41_error()); free(line); break; }
+            if (restart(&c)) { rc = 1; free(line); break; }
             started = 0;
             fprintf(stderr, "(conversation cleared)\n");
             continue;
@@ -320,11 +350,16 @@ int cmd_chat(int argc, char **argv) {
         if (!text) { fail(dsv41_error()); continue; }
         int frc = feed_text(&c, text);
         free(text);
+        if (frc == 2 && started) { /* part of the turn is in the caches: the conversation cannot go on */
+            if (restart(&c)) { rc = 1; free(line); break; }
+            started = 0;
+            fprintf(stderr, "(interrupted: conversation cleared)\n");
+        }
         if (frc) continue;
         started = 1;
         if (reply(&c, &o) < 0) { rc = 1; free(line); break; }
     }
     stats(&c);
     close_chat(&c);
-    return rc == 0 && interrupted ? 130 : rc; /* Ctrl-C at the prompt leaves as a signal would */
+    return rc == 0 && cli_signal ? 130 : rc; /* Ctrl-C at the prompt leaves as a signal would */
 }

@@ -21,6 +21,7 @@ typedef struct {
     int64_t n_new;             /* -n, -1: until EOS or the context */
     int32_t ctx;               /* -c, 0: the model's context */
     int32_t threads;           /* -t, 0: the library's default */
+    const char *kernels;       /* --kernels, NULL: $DSV41_KERNELS or the fastest */
     int special;               /* --special: show special tokens */
 } gen_opts;
 
@@ -28,10 +29,6 @@ typedef struct {
 int gen_parse(int chat, int argc, char **argv, gen_opts *o);
 /* Prints a seed taken from the clock on stderr, so that a sampled run can be repeated. */
 void gen_note_seed(const gen_opts *o);
-
-/* Ctrl-C: the handler sets `interrupted`; a generation loop checks it between tokens. */
-extern volatile sig_atomic_t interrupted;
-void on_sigint_install(void);
 
 /* A progress line on stderr when it is a terminal: the library's long calls (rate and ETA)
  * and the prefill's layers. progress_on installs the hook for this thread. */
@@ -46,5 +43,15 @@ int run_text(const gen_opts *o);
 int cmd_chat(int argc, char **argv);
 /* server/serve.c */
 int cmd_serve(int argc, char **argv);
+/* Chooses the kernel set (NULL: $DSV41_KERNELS or the fastest); returns 0, or 2 after a one-line
+ * error */
+int use_kernels(const char *name);
+
+/* Signals (signals.c): the last one caught, 0 while none was */
+extern volatile sig_atomic_t cli_signal;
+/* Catch SIGINT, and with terminate_too SIGTERM and SIGHUP, into cli_signal. */
+void cli_catch_signals(int terminate_too);
+/* The session whose forward call a caught signal cancels (NULL: none). */
+void cli_cancel_target(dsv41_session *s);
 
 #endif

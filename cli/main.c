@@ -16,12 +16,30 @@ static dsv41_model *load_model(const char *dir) {
     return dsv41_model_load(dir);
 }
 
+int use_kernels(const char *name) {
+    if (!dsv41_set_kernels(name)) return 0;
+    fprintf(stderr, "dsv41: %s\n", dsv41_error());
+    return 2;
+}
+
+static int cmd_kernels(int argc, char **argv) {
+    (void)argv;
+    if (argc != 0) { fprintf(stderr, "usage: dsv41 kernels\n"); return 2; }
+    const char *names[16];
+    int32_t n = dsv41_kernel_sets(names, 16);
+    const char *def = dsv41_kernels();
+    for (int32_t i = 0; i < n && i < 16; i++) printf("%s%s%s", i ? " " : "", names[i], strcmp(names[i], def) ? "" : "*");
+    printf("\n");
+    return 0;
+}
+
 static int cmd_check(int argc, char **argv) {
-    const char *golden = NULL, *dir = NULL;
+    const char *golden = NULL, *dir = NULL, *kernels = NULL;
     int32_t threads = 0;
     const cli_opt opts[] = {
         {"-m|--model", "DIR", OPT_STR, &dir, 0, 0, NULL, "the golden's filler weights", "take the weights from this checkpoint"},
         OPT_THREADS(&threads),
+        OPT_KERNELS(&kernels),
     };
     const cli_cmd cmd = {.name = "check",
                          .synopsis = "GOLDEN.json [options]",
@@ -35,7 +53,7 @@ static int cmd_check(int argc, char **argv) {
                          .max_pos = 1};
     int rc = args_parse(&cmd, argc, argv);
     if (rc >= 0) return rc;
-    if (args_apply_threads(threads)) return 2;
+    if (args_apply_threads(threads) || use_kernels(kernels)) return 2;
     dsv41_golden *g = dsv41_golden_load(golden);
     if (!g) return fail();
     dsv41_model *m = dir ? load_model(dir) : dsv41_model_from_golden(g);
@@ -67,9 +85,10 @@ static int cmd_convert(int argc, char **argv) {
     dsv41_golden *g = dsv41_golden_load(golden);
     if (!g) return fail();
     progress_on();
-    rc = dsv41_convert_golden(g, dtype, out);
+    cli_catch_signals(1);
+    rc = dsv41_convert_golden(g, dtype, out, &cli_signal);
     dsv41_golden_free(g);
-    return rc ? fail() : 0;
+    return cli_signal ? 128 + cli_signal : rc ? fail() : 0;
 }
 
 /* The release checkpoint has 48 shards; a skeleton is sharded the same way. */
@@ -97,18 +116,20 @@ static int cmd_synth(int argc, char **argv) {
         return 2;
     }
     progress_on();
-    if (skeleton) return dsv41_synth_skeleton(cfg, RELEASE_SHARDS, out) ? fail() : 0;
-    return dsv41_synth(cfg, dtype ? dtype : "bf16", out) ? fail() : 0;
+    cli_catch_signals(1);
+    rc = skeleton ? dsv41_synth_skeleton(cfg, RELEASE_SHARDS, out) : dsv41_synth(cfg, dtype ? dtype : "bf16", out, &cli_signal);
+    return cli_signal ? 128 + cli_signal : rc ? fail() : 0;
 }
 
 static int cmd_bench(int argc, char **argv) {
-    const char *dir = NULL;
+    const char *dir = NULL, *kernels = NULL;
     int32_t threads = 0;
     int json = 0;
     const cli_opt opts[] = {
         {"-m|--model", "DIR", OPT_STR, &dir, 0, 0, NULL, OPT_REQUIRED, "the checkpoint to measure"},
         {"-t|--threads", "N", OPT_I32, &threads, 1, 256, NULL, "one per core", "the second thread count measured"},
         {"--json", NULL, OPT_FLAG, &json, 0, 0, NULL, "a table", "print one JSON object"},
+        OPT_KERNELS(&kernels),
     };
     const cli_cmd cmd = {.name = "bench",
                          .synopsis = "-m DIR [options]",
@@ -118,6 +139,7 @@ static int cmd_bench(int argc, char **argv) {
                          .n_opts = N_OPTS(opts)};
     int rc = args_parse(&cmd, argc, argv);
     if (rc >= 0) return rc;
+    if (use_kernels(kernels)) return 2;
     dsv41_model *m = load_model(dir);
     if (!m) return fail();
     rc = dsv41_bench(m, threads, json, stdout);
@@ -160,6 +182,7 @@ static const command COMMANDS[] = {
     {"synth", cmd_synth, "write a checkpoint of any geometry with filler weights"},
     {"inspect", cmd_inspect, "describe a checkpoint"},
     {"bench", cmd_bench, "measure prefill and decode speed"},
+    {"kernels", cmd_kernels, "the kernel sets this CPU runs, the default marked"},
 };
 
 static void usage(FILE *f) {

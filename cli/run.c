@@ -13,16 +13,6 @@
 
 #include "commands.h"
 
-volatile sig_atomic_t interrupted;
-static void on_sigint(int sig) { (void)sig; interrupted = 1; }
-
-void on_sigint_install(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sigaction(SIGINT, &sa, NULL);
-}
-
 /* --think's value as the encoder's effort: low 50, high 75, max 100, or 1..100; -1 if bad */
 static int32_t effort_of(const char *think) {
     if (!strcmp(think, "low")) return 50;
@@ -69,6 +59,7 @@ int gen_parse(int chat, int argc, char **argv, gen_opts *o) {
     t[n++] = (cli_opt){"--stop", "STR", OPT_LIST, &o->stops, 0, 0, NULL, NULL, "end the reply at STR (up to 8 times)"};
     t[n++] = (cli_opt){"--special", NULL, OPT_FLAG, &o->special, 0, 0, NULL, "hidden", "print the reply's special tokens"};
     t[n++] = (cli_opt)OPT_THREADS(&o->threads);
+    t[n++] = (cli_opt)OPT_KERNELS(&o->kernels);
     const char *about = chat ? "An interactive conversation in one session (/help lists the commands; Ctrl-C stops a reply).\n"
                                "Generated text goes to stdout; timings and progress to stderr."
                              : "Prefill a prompt and generate: token ids in, ids out (--ids), or a user message in, the\n"
@@ -79,7 +70,7 @@ int gen_parse(int chat, int argc, char **argv, gen_opts *o) {
                          .about = about, .opts = t, .n_opts = n};
     int rc = args_parse(&cmd, argc, argv);
     if (rc >= 0) return rc;
-    if (args_apply_threads(o->threads)) return 2;
+    if (args_apply_threads(o->threads) || use_kernels(o->kernels)) return 2;
     if (!chat && !!o->ids + !!o->prompt + !!o->file != 1) {
         fprintf(stderr, "dsv41: run: give exactly one prompt: --ids A,B,C, -p TEXT or -f FILE\n");
         return 2;
@@ -126,7 +117,7 @@ static int fail(const char *what) {
 }
 
 /* Prefills the ids and samples n_new more (greedy unless told), printing them as one line of
- * comma-separated ids. Stops at the context with a note; Ctrl-C exits 130. */
+ * comma-separated ids. Stops at the context with a note; Ctrl-C exits 130 (128 + the signal). */
 static int run_ids(const gen_opts *o) {
     int cap = 1;
     for (const char *p = o->ids; *p; p++) cap += *p == ',';
@@ -162,7 +153,7 @@ static int run_ids(const gen_opts *o) {
     if (rc == 0) gen_note_seed(o);
     double t1 = now_s();
     int64_t done = 0;
-    for (; rc == 0 && done < n_new && !interrupted; done++) {
+    for (; rc == 0 && done < n_new && !cli_signal; done++) {
         if (dsv41_apply_penalties(&o->sp, hist, n_ids + (int32_t)done, logits, V)) { rc = fail(dsv41_error()); break; }
         int32_t next = dsv41_sample(smp, logits);
         hist[n_ids + done] = next;
@@ -182,13 +173,13 @@ static int run_ids(const gen_opts *o) {
     dsv41_sampler_free(smp);
     dsv41_session_free(s);
     dsv41_model_free(m);
-    return interrupted ? 130 : rc;
+    return cli_signal ? 128 + cli_signal : rc;
 }
 
 int cmd_run(int argc, char **argv) {
     gen_opts o;
     int rc = gen_parse(0, argc, argv, &o);
     if (rc >= 0) return rc;
-    on_sigint_install(); /* from here Ctrl-C ends the run with 130, after the call in progress */
+    cli_catch_signals(1); /* from here Ctrl-C ends the run with 130, after the call in progress */
     return o.ids ? run_ids(&o) : run_text(&o);
 }

@@ -76,6 +76,7 @@ static int chat_demo(const char *dir, const char *text) {
         if (k > 0) fwrite(out, 1, (size_t)k, stdout);
         rc = dsv41_session_forward(s, &next, 1, logits, NULL);
     }
+    if (st.n > 0) fputs("\xEF\xBF\xBD", stdout); /* a character cut off at the end shows as U+FFFD */
     printf("\n");
     dsv41_sampler_free(smp);
     dsv41_session_free(s);

@@ -3,10 +3,19 @@
  * A model holds a config and its weights; a session is one sequence's state (caches, rings,
  * the shared slots) and advances by forward calls: a prefill of n >= 1 tokens at position 0,
  * then one token per decode call. Every function that can fail returns NULL or a negative
- * value and leaves a one-line message in dsv41_error(). */
+ * value and leaves a one-line message in dsv41_error().
+ *
+ * Threads. Loaded models, tokenizers and goldens are read-only: any number of threads may use
+ * one at once. A session, sampler, trace or UTF-8 stream belongs to one thread at a time; two
+ * threads may run forward calls on two sessions of one model at the same time and each gets
+ * exactly the results it would get alone. A model is freed only after its sessions. The worker
+ * threads serve one forward call at a time; a call that finds them busy runs on its caller's
+ * thread alone (same results: they never depend on the thread count). dsv41_set_threads and
+ * dsv41_error may be called from any thread at any time; the error is the calling thread's. */
 #ifndef DSV41_H
 #define DSV41_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -33,18 +42,26 @@ const char *dsv41_error(void);
 
 /* DSV41_VERSION of the library in use. */
 const char *dsv41_version(void);
-/* The sets this CPU runs, slowest first: writes up to cap names (static strings) to names and
- * returns how many there are. The last is the one used by default. */
-int32_t dsv41_kernel_sets(const char **names, int32_t cap);
-
 /* Long calls of this thread (dsv41_synth, dsv41_convert_golden, dsv41_model_load, each phase
  * of dsv41_bench) report through fn: what is being done, and done of total units (total > 0;
  * done == total ends the phase). NULL turns it off. The setting is the calling thread's own. */
 typedef void (*dsv41_progress_fn)(void *ctx, const char *what, int64_t done, int64_t total);
 void dsv41_set_progress(dsv41_progress_fn fn, void *ctx);
 
-/* Worker threads for the kernels (default: one per online core). Results do not depend on it. */
+/* Worker threads for the kernels (default: one per online core), for every later call of any
+ * thread. Results do not depend on it. */
 int dsv41_set_threads(int32_t n);
+
+/* The kernel set the projections run on: "scalar", "avx2", "avx512" or "neon". NULL or "" takes
+ * $DSV41_KERNELS when it is set and not empty, else the fastest set this CPU runs (the default).
+ * Returns 0, or -1 with dsv41_error() for a set that is unknown or that this CPU cannot run.
+ * Results do not depend on it: every set computes the same bits. */
+int dsv41_set_kernels(const char *name);
+/* The name of the kernel set in use. */
+const char *dsv41_kernels(void);
+/* The sets this CPU runs, slowest first: writes up to cap names (static strings) to names and
+ * returns how many there are. */
+int32_t dsv41_kernel_sets(const char **names, int32_t cap);
 
 /* ---- models */
 /* The built-in tiny model: the golden fixture's geometry with filler weights (no files). */
@@ -78,6 +95,12 @@ int dsv41_session_forward_all(dsv41_session *s, const int32_t *ids, int32_t n, f
 /* Calls fn after each layer of every forward call (a progress line for long prefills) until it
  * is set again; NULL turns it off. */
 void dsv41_session_set_progress(dsv41_session *s, void (*fn)(void *ctx, int32_t done, int32_t total), void *ctx);
+/* Asks the forward call running on s to stop; safe from any thread and from a signal handler.
+ * A prefill stops between layers and leaves the session empty (position 0); an append stops
+ * between tokens and keeps the tokens fed so far (dsv41_session_pos). The stopped call returns
+ * -1 with dsv41_error() "forward: cancelled". A request made while no call runs has no
+ * effect, and neither has one on a model split over ranks (its ranks run every call in step). */
+void dsv41_session_cancel(dsv41_session *s);
 
 /* ---- benchmark: decode and prefill speed against the machine's triad bandwidth and FMA peak,
  * measured in the same run, at 1 thread and at `threads` (<= 0: one per core). json != 0
@@ -153,11 +176,15 @@ int dsv41_golden_check(const dsv41_golden *g, const dsv41_model *m, FILE *report
 /* Writes the golden's fixture model as a checkpoint directory in the release layout. dtype
  * "bf16" keeps every value the filler's; "fp8" stores dense weights as e4m3 with 32x32 e8m0
  * scales and routed experts as packed e2m1 with per-32 e8m0 scales, as the release does. The
- * directory appears whole (written under a temporary name, then renamed) or not at all. */
-int dsv41_convert_golden(const dsv41_golden *g, const char *dtype, const char *out_dir);
+ * directory appears whole (written under a temporary name, synced, then renamed) or not at
+ * all. Tensors are written one at a time, so memory stays near the largest tensor. cancel, when
+ * not NULL, is polled between tensors (a signal handler may set it): once non-zero, the
+ * temporary directory is removed and -1 returned with "convert: cancelled". */
+int dsv41_convert_golden(const dsv41_golden *g, const char *dtype, const char *out_dir, const volatile sig_atomic_t *cancel);
 /* Writes a checkpoint of any geometry with filler weights (the golden generator's naming rule)
- * in the release formats. config_path is a fixture-shaped JSON config such as models/tiny.json. */
-int dsv41_synth(const char *config_path, const char *dtype, const char *out_dir);
+ * in the release formats, as dsv41_convert_golden does. config_path is a fixture-shaped JSON
+ * config such as models/tiny.json. */
+int dsv41_synth(const char *config_path, const char *dtype, const char *out_dir, const volatile sig_atomic_t *cancel);
 /* Writes the layout of the release checkpoint that config_path (a release config.json, served or
  * flat form, copied verbatim) describes: every tensor with its real name, dtype and shape, in
  * n_shards shards with the Engram tables last, and every data region a hole of a sparse file

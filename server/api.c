@@ -169,7 +169,7 @@ static char *chat_prompt(const dsv41_json *root, int *flags, jbuf *err) {
         if (dsv41_json_type_of(dsv41_json_get(dsv41_json_at(msgs, i), "role")) != DSV41_JSON_STR)
             return bad_type(err, "messages", "an array of objects with a string 'role'"), NULL;
     jbuf c = {0};
-    int thinking, tools;
+    int thinking = 0, tools = 0;
     jb_puts(&c, "{\"messages\":");
     jb_value(&c, msgs);
     int rc = put_tools(root, &c, &tools, err);

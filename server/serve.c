@@ -13,7 +13,7 @@
 #include "http.h"
 
 static const char usage[] =
-    "serve -m DIR [--host 127.0.0.1] [--port 8080] [-np N] [-c CTX] [-t N] [--api-key KEY] [--timeout S] [--queue N]";
+    "serve -m DIR [--host 127.0.0.1] [--port 8080] [-np N] [-c CTX] [-t N] [--api-key KEY] [--timeout S] [--queue N] [--kernels SET]";
 
 /* flag's value as an integer in [lo, hi]; -1 after a message */
 static long long flag_int(const char *flag, const char *v, long long lo, long long hi) {
@@ -27,7 +27,7 @@ static long long flag_int(const char *flag, const char *v, long long lo, long lo
 }
 
 int cmd_serve(int argc, char **argv) {
-    const char *dir = NULL, *host = "127.0.0.1", *key = NULL;
+    const char *dir = NULL, *host = "127.0.0.1", *key = NULL, *kernels = NULL;
     long long port = 8080, slots = 1, ctx = 0, threads = 0, timeout = 600, queue = 64;
     for (int i = 0; i < argc; i += 2) { /* every flag takes a value */
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -40,6 +40,7 @@ int cmd_serve(int argc, char **argv) {
         if (!strcmp(f, "-m")) dir = v;
         else if (!strcmp(f, "--host")) host = v;
         else if (!strcmp(f, "--api-key")) key = v;
+        else if (!strcmp(f, "--kernels")) kernels = v;
         else if (!num) {
             fprintf(stderr, "dsv41: serve: unknown flag '%s' (usage: dsv41 %s)\n", f, usage);
             return 2;
@@ -56,6 +57,7 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "dsv41: serve: --api-key is empty\n");
         return 2;
     }
+    if (use_kernels(kernels)) return 2;
     if (threads && dsv41_set_threads((int32_t)threads)) {
         fprintf(stderr, "dsv41: serve: %s\n", dsv41_error());
         return 2;

@@ -137,9 +137,7 @@ static inline __attribute__((always_inline)) void dots(const float *const qh[HB]
         float a[16];
         memcpy(a, &s[h], sizeof a);
         for (int l = 0; i + l < D; l++) a[l] += qh[h][i + l] * row[i + l];
-        for (int w = 8; w > 0; w /= 2)
-            for (int l = 0; l < w; l++) a[l] += a[l + w];
-        out[h] = a[0];
+        out[h] = sum16(a);
     }
 }
 
@@ -279,7 +277,8 @@ void attention(dsv41_session *s, int32_t l, const float *x, int64_t T, float *ou
     int32_t G = c->o_groups, orank = c->o_lora_rank, gw = H * hd / G, pos = s->pos;
     const rope_table *rt = ratio ? &m->rope_yarn : &m->rope_plain;
     int64_t clen = ratio ? (pos + T) / ratio : 0;
-    int32_t wwidth = pos == 0 ? (int32_t)(T < W ? T : W) : W, cmax = ratio ? c->index_topk : 0;
+    /* the indexer's top-k never holds more than the compressed entries so far */
+    int32_t wwidth = pos == 0 ? (int32_t)(T < W ? T : W) : W, cmax = (int32_t)(c->index_topk < clen ? c->index_topk : clen);
     int32_t stride = wwidth + cmax;
     scratch_mark mark = scratch_begin();
     float *qr = scratch_f32(T * c->q_lora_rank), *q = scratch_f32(T * H * hd), *kv = scratch_f32(T * hd);
@@ -314,7 +313,8 @@ void attention(dsv41_session *s, int32_t l, const float *x, int64_t T, float *ou
             memcpy(s->layers[l].ckv + (int64_t)(pos / ratio) * hd, latent, (size_t)(nlat * hd) * sizeof *latent);
         }
         int32_t cw = sh->topk_rows == T ? sh->topk_width : 0;
-        for (int64_t t = 0; t < T; t++) memcpy(idx + t * stride + wwidth, sh->topk + t * cw, (size_t)cw * sizeof *idx);
+        if (cw > 0) /* no candidates yet (a prefill too short to compress): topk may be NULL */
+            for (int64_t t = 0; t < T; t++) memcpy(idx + t * stride + wwidth, sh->topk + t * cw, (size_t)cw * sizeof *idx);
         width = wwidth + cw;
     }
     if (width < stride) /* pack rows of `width` entries */

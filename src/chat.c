@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "tokenizer.h"
 #include "model.h"
 
 #define BOS "<｜begin▁of▁sentence｜>"
@@ -595,10 +596,37 @@ static char *render(convo *c, const json *root) {
     return b.p;
 }
 
+/* Every string of the case (keys too) must be text the prompt can hold: valid UTF-8 with no NUL,
+ * since a \u0000 would cut the prompt and a lone surrogate escape or a raw invalid byte would
+ * reach the tokenizer. path names the value for the error ("messages[0].content"). */
+static int check_strings(const json *j, char *path, size_t cap) {
+    size_t at = strlen(path);
+    const char *why;
+    if (j->type == JSON_STR) {
+        if (strlen(j->str) != j->len) return set_error("chat: %s holds a NUL character", path);
+        size_t bad = utf8_invalid_at(j->str, j->len, &why);
+        if (bad != j->len) return set_error("chat: %s: invalid UTF-8 at byte offset %zu%s", path, bad, why);
+    }
+    if (j->type != JSON_ARR && j->type != JSON_OBJ) return 0;
+    for (size_t i = 0; i < j->len; i++) {
+        if (j->keys) {
+            if (utf8_invalid_at(j->keys[i], strlen(j->keys[i]), &why) != strlen(j->keys[i]))
+                return set_error("chat: a key in %s is not valid UTF-8", at ? path : "the case");
+            snprintf(path + at, cap - at, "%s%s", at ? "." : "", j->keys[i]);
+        } else {
+            snprintf(path + at, cap - at, "[%zu]", i);
+        }
+        if (check_strings(&j->items[i], path, cap)) return -1;
+        path[at] = 0;
+    }
+    return 0;
+}
+
 char *dsv41_chat_render(const char *case_json, size_t len) {
-    char err[256];
+    char err[256], path[256] = "";
     json *root = json_parse(case_json, len, err, sizeof err);
     if (!root) { set_error("chat: %s", err); return NULL; }
+    if (check_strings(root, path, sizeof path)) { json_free(root); return NULL; }
     convo c = {0};
     char *out = render(&c, root);
     free(c.turns);

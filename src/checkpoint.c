@@ -51,37 +51,46 @@ static int64_t *read_token_map(const char *dir, int32_t vocab, int64_t want) {
     if (!j) { set_error("%s", err); return NULL; }
     int64_t *map = NULL;
     if (j->type != JSON_ARR || j->len != (size_t)vocab) {
-        set_error("%s: must be an array of %d compressed ids", path, vocab);
-    } else if ((map = malloc((size_t)vocab * sizeof *map))) {
-        for (int32_t i = 0; i < vocab; i++) map[i] = j->items[i].type == JSON_NUM ? json_i64(&j->items[i]) : -1;
-    } else {
+        set_error("%s: must be an array of %d compressed ids (the config's vocab_size)", path, vocab);
+    } else if (!(map = malloc((size_t)vocab * sizeof *map))) {
         set_error("out of memory");
+    } else {
+        for (int32_t i = 0; map && i < vocab; i++)
+            if (json_int(&j->items[i], 0, want - 1, &map[i])) {
+                set_error("%s: entry %d is not a compressed id in [0, %lld) (the config's engram_compressed_vocab_size)",
+                          path, i, (long long)want);
+                free(map);
+                map = NULL;
+            }
     }
     json_free(j);
     return map;
 }
 
+/* A config error, prefixed with the file it came from. */
+static int config_error(const char *path) {
+    char msg[600];
+    snprintf(msg, sizeof msg, "%s", dsv41_error());
+    return set_error("%s: %s", path, msg);
+}
+
+/* The config is read and checked first, so that a bad vocab_size is blamed on config.json and
+ * a bad token map on its own file. */
 dsv41_model *checkpoint_load(const char *dir) {
     char path[1200], err[512];
     snprintf(path, sizeof path, "%s/config.json", dir);
     json *cj = json_load_file(path, err, sizeof err);
     if (!cj) { set_error("%s", err); return NULL; }
-    const json *text = json_get(cj, "text_config"), *ids = json_get(text ? text : cj, "engram_layer_ids"),
-               *vj = json_get(text ? text : cj, "vocab_size"), *cv = json_get(text ? text : cj, "engram_compressed_vocab_size");
-    int64_t *token_map = NULL;
-    if (ids && ids->type == JSON_ARR && ids->len > 0 && vj && vj->type == JSON_NUM) {
-        token_map = read_token_map(dir, (int32_t)json_i64(vj), cv && cv->type == JSON_NUM ? json_i64(cv) : -1);
-        if (!token_map) { json_free(cj); return NULL; }
-    }
     config c;
-    int rc = config_from_checkpoint(&c, cj, token_map);
-    free(token_map);
+    int rc = config_from_checkpoint(&c, cj);
     json_free(cj);
-    if (rc) {
-        char msg[600];
-        snprintf(msg, sizeof msg, "%s", dsv41_error());
-        set_error("%s: %s", path, msg);
-        return NULL;
+    if (rc) { config_error(path); return NULL; }
+    if (c.n_engram) {
+        int64_t *token_map = read_token_map(dir, c.vocab_size, c.engram_compressed_vocab);
+        if (!token_map) return NULL;
+        rc = config_set_token_map(&c, token_map);
+        free(token_map);
+        if (rc) { config_error(path); return NULL; }
     }
     st_source src;
     if (st_open(&src, dir)) {

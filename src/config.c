@@ -2,6 +2,7 @@
  *
  * The golden's "fixture" and the built-in models/tiny.json share one schema (ModelArgs field
  * names plus an "engram" object holding the hash tables), so one reader serves both. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,11 +65,19 @@ static const json *lookup(const cfg_src *src, const char *key) {
     return v;
 }
 
+/* The key as the file spells it, for messages: the served name when the value came from one. */
+static const char *spelled(const cfg_src *src, const char *key) {
+    if (src->text && !json_get(src->text, key))
+        for (size_t i = 0; i < sizeof ALIASES / sizeof *ALIASES; i++)
+            if (!strcmp(key, ALIASES[i].key) && json_get(src->text, ALIASES[i].served)) return ALIASES[i].served;
+    return key;
+}
+
 static const json *need(const cfg_src *o, const char *key, json_type t) {
     const json *v = lookup(o, key);
     if (!v) { set_error("config: missing key '%s'", key); return NULL; }
     if (v->type != t && !(t == JSON_NUM && v->type == JSON_BOOL)) {
-        set_error("config: key '%s' has the wrong type", key);
+        set_error("config: key '%s' has the wrong type", spelled(o, key));
         return NULL;
     }
     return v;
@@ -78,7 +87,7 @@ static int get_int(const cfg_src *o, const char *key, int32_t lo, int32_t hi, in
     const json *v = need(o, key, JSON_NUM);
     if (!v) return -1;
     if (!v->is_int || json_i64(v) < lo || json_i64(v) > hi)
-        return set_error("config: '%s' must be an integer in [%d, %d]", key, lo, hi);
+        return set_error("config: '%s' must be an integer in [%d, %d]", spelled(o, key), lo, hi);
     *out = (int32_t)json_i64(v);
     return 0;
 }
@@ -86,6 +95,8 @@ static int get_int(const cfg_src *o, const char *key, int32_t lo, int32_t hi, in
 static int get_float(const cfg_src *o, const char *key, float *out) {
     const json *v = need(o, key, JSON_NUM);
     if (!v) return -1;
+    if (!isfinite(v->num) || !isfinite((float)v->num))
+        return set_error("config: '%s' must be a finite number", spelled(o, key));
     *out = (float)v->num;
     return 0;
 }
@@ -104,7 +115,8 @@ static int get_int_list(const cfg_src *o, const char *key, int64_t lo, int64_t h
     for (size_t i = 0; i < v->len; i++) {
         const json *e = &v->items[i];
         if (e->type != JSON_NUM || !e->is_int || json_i64(e) < lo || json_i64(e) > hi)
-            return set_error("config: '%s'[%zu] must be an integer in [%lld, %lld]", key, i, (long long)lo, (long long)hi);
+            return set_error("config: '%s'[%zu] must be an integer in [%lld, %lld]", spelled(o, key), i, (long long)lo,
+                             (long long)hi);
         out[i] = json_i64(e);
     }
     return (int)v->len;
@@ -158,7 +170,8 @@ static int read_engram_tables(config *c, const json *e) {
     const json *pad = need_in(e, "pad_id_compressed", JSON_NUM), *mult = need_in(e, "multipliers", JSON_ARR),
                *primes = need_in(e, "primes", JSON_ARR), *offs = need_in(e, "offsets", JSON_ARR);
     if (!pad || !mult || !primes || !offs) return -1;
-    c->engram_pad = json_i64(pad);
+    if (json_int(pad, 0, INT64_MAX, &c->engram_pad))
+        return set_error("config: engram pad_id_compressed must be a non-negative integer");
     if (mult->len != (size_t)n || primes->len != (size_t)n || offs->len != (size_t)n)
         return set_error("config: engram tables must have one entry per engram layer");
     c->engram_token_map = malloc((size_t)c->vocab_size * sizeof *c->engram_token_map);
@@ -166,15 +179,17 @@ static int read_engram_tables(config *c, const json *e) {
     const json *tm = json_get(e, "token_map");
     for (int32_t i = 0; i < c->vocab_size; i++) {
         const json *v = tm ? json_at(tm, (size_t)i) : NULL;
-        if (tm && (!v || v->type != JSON_NUM || tm->len != (size_t)c->vocab_size))
-            return set_error("config: engram token_map must hold vocab_size integers");
-        c->engram_token_map[i] = v ? json_i64(v) : i; /* absent: the identity map */
+        c->engram_token_map[i] = i; /* absent: the identity map */
+        if (tm && (tm->len != (size_t)c->vocab_size || json_int(v, 0, INT64_MAX, &c->engram_token_map[i])))
+            return set_error("config: engram token_map must hold vocab_size non-negative integers");
     }
     for (int li = 0; li < n; li++) {
         const json *ml = &mult->items[li], *pl = &primes->items[li], *ol = &offs->items[li];
         if (ml->type != JSON_ARR || ml->len != (size_t)c->engram_max_ngram)
             return set_error("config: engram multipliers[%d] must have max_ngram_size entries", li);
-        for (int i = 0; i < c->engram_max_ngram; i++) c->engram_mult[li][i] = json_i64(&ml->items[i]);
+        for (int i = 0; i < c->engram_max_ngram; i++)
+            if (json_int(&ml->items[i], INT64_MIN, INT64_MAX, &c->engram_mult[li][i]))
+                return set_error("config: engram multipliers[%d][%d] must be a 64-bit integer", li, i);
         if (pl->type != JSON_ARR || pl->len != (size_t)(c->engram_max_ngram - 1))
             return set_error("config: engram primes[%d] must have max_ngram_size-1 entries", li);
         if (ol->type != JSON_ARR || ol->len != (size_t)cols)
@@ -186,9 +201,8 @@ static int read_engram_tables(config *c, const json *e) {
                 return set_error("config: engram primes[%d][%d] must have n_heads entries", li, g);
             for (int h = 0; h < c->engram_n_heads; h++) {
                 int col = g * c->engram_n_heads + h;
-                c->engram_prime[li][col] = json_i64(&ph->items[h]);
-                c->engram_offset[li][col] = json_i64(&ol->items[col]);
-                if (c->engram_prime[li][col] < 1 || c->engram_offset[li][col] != rows)
+                if (json_int(&ph->items[h], 1, INT64_MAX - rows, &c->engram_prime[li][col]) ||
+                    json_int(&ol->items[col], rows, rows, &c->engram_offset[li][col]))
                     return set_error("config: engram offsets[%d] are not the prefix sums of its primes", li);
                 rows += c->engram_prime[li][col];
             }
@@ -229,11 +243,13 @@ static int read_roles(config *c, const cfg_src *fx) {
         if (c->is_kv_source[l] && !c->is_index_source[l])
             return set_error("config: kv source %d must also be an index source", l);
     }
+    /* absent, null or -1: no candidate source */
     const json *cs = lookup(fx, "candidate_source_layer");
-    c->candidate_source_layer = cs && cs->type == JSON_NUM && cs->is_int ? (int32_t)json_i64(cs) : -1;
-    if (c->candidate_source_layer >= c->n_layers ||
-        (c->candidate_source_layer >= 0 && !c->is_index_source[c->candidate_source_layer]))
-        return set_error("config: candidate_source_layer must be an index source");
+    int64_t csl = -1;
+    if (cs && cs->type != JSON_NULL && json_int(cs, -1, c->n_layers - 1, &csl))
+        return set_error("config: %s must be -1 or a layer id in [0, %d)", spelled(fx, "candidate_source_layer"), c->n_layers);
+    c->candidate_source_layer = (int32_t)csl;
+    if (csl >= 0 && !c->is_index_source[csl]) return set_error("config: candidate_source_layer must be an index source");
     return 0;
 }
 
@@ -273,6 +289,10 @@ static int config_read(config *c, const cfg_src *fx) {
         return set_error("config: head_dim and index_head_dim must be multiples of 32 (quant blocks)");
     if (c->rope_head_dim % 2 || c->rope_head_dim > c->head_dim || c->rope_head_dim > c->index_head_dim)
         return set_error("config: rope_head_dim must be even and fit in head_dim and index_head_dim");
+    /* the widths products of these make are int32 throughout the code */
+    if ((int64_t)c->n_heads * c->head_dim > BIG || (int64_t)c->index_n_heads * c->index_head_dim > BIG ||
+        (int64_t)c->hc_mult * c->dim > BIG)
+        return set_error("config: n_heads*head_dim, index_n_heads*index_head_dim and hc_mult*dim must be at most %d", BIG);
     if ((c->n_heads * c->head_dim) % c->o_groups)
         return set_error("config: n_heads*head_dim must divide into o_groups");
     if (c->n_activated_experts > c->n_routed_experts)
@@ -343,7 +363,7 @@ static int compute_engram_tables(config *c, const int64_t *token_map) {
     return 0;
 }
 
-int config_geometry(config *c, const json *root) {
+int config_from_checkpoint(config *c, const json *root) {
     memset(c, 0, sizeof *c);
     if (!root || root->type != JSON_OBJ) return set_error("config.json: not a JSON object");
     const json *text = json_get(root, "text_config");
@@ -351,10 +371,8 @@ int config_geometry(config *c, const json *root) {
     return config_read(c, &src);
 }
 
-int config_from_checkpoint(config *c, const json *root, const int64_t *token_map) {
-    if (config_geometry(c, root)) return -1;
-    if (c->n_engram && !token_map) return set_error("config: the Engram layers need a compressed token map");
-    if (c->n_engram && compute_engram_tables(c, token_map)) { config_free(c); return -1; }
+int config_set_token_map(config *c, const int64_t *token_map) {
+    if (compute_engram_tables(c, token_map)) { config_free(c); return -1; }
     return 0;
 }
 

@@ -12,7 +12,10 @@
  * otherwise the real thing to the loader: names, offsets, sizes, memory, time to first token. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,19 +32,33 @@ typedef struct {
     char name[160];
     int32_t ndim;
     int64_t shape[2];
-    weight w;
+    weight w;                /* type, mode and geometry; data and scale are not kept */
+    int has_scale;
 } record;
 
+/* Records what model_build asks for, answering from inner with memory it reuses for the next
+ * tensor: the loader reads a tensor only before its next load, and the writer asks inner again
+ * tensor by tensor, so converting never holds more than one tensor of the model. */
 typedef struct {
     weight_source base;
     weight_source *inner;
+    dsv41_model arena;       /* owns the tensor inner answered last */
+    const volatile sig_atomic_t *cancel; /* polled before each tensor, or NULL */
     record *recs;
     size_t n, cap;
 } recorder;
 
+static void arena_clear(dsv41_model *a) {
+    for (size_t i = 0; i < a->n_owned; i++) free(a->owned[i]);
+    a->n_owned = 0;
+}
+
 static int record_load(weight_source *src, dsv41_model *m, const char *name, int32_t ndim, const int64_t *shape, weight *w) {
+    (void)m;
     recorder *r = (recorder *)src;
-    if (r->inner->load(r->inner, m, name, ndim, shape, w)) return -1;
+    if (r->cancel && *r->cancel) return set_error("convert: cancelled");
+    arena_clear(&r->arena);
+    if (r->inner->load(r->inner, &r->arena, name, ndim, shape, w)) return -1;
     if (r->n == r->cap) {
         size_t cap = r->cap ? r->cap * 2 : 256;
         record *nr = realloc(r->recs, cap * sizeof *nr);
@@ -55,6 +72,9 @@ static int record_load(weight_source *src, dsv41_model *m, const char *name, int
     rec->shape[0] = shape[0];
     rec->shape[1] = ndim > 1 ? shape[1] : 1;
     rec->w = *w;
+    rec->w.data = NULL;
+    rec->w.scale = NULL;
+    rec->has_scale = w->scale != NULL;
     return 0;
 }
 
@@ -64,24 +84,22 @@ typedef struct {
     const char *dtype;
     int32_t ndim;
     int64_t shape[2];
-    const void *data;        /* NULL: a hole, the file is extended past it without writing */
     size_t nbytes;
     int32_t shard;
+    size_t rec;              /* the record it comes from: its weight, then its scale (none in a skeleton) */
 } out_tensor;
 
 typedef struct {
     out_tensor *t;
     size_t n, cap;
-    void **bufs; /* quantized data this writer owns */
-    size_t n_bufs;
 } out_list;
 
-static out_tensor *add_out(out_list *o, const char *name, const char *dtype, int32_t ndim, int64_t r, int64_t c,
-                           const void *data, size_t nbytes, int32_t shard) {
+static int add_out(out_list *o, const char *name, const char *dtype, int32_t ndim, int64_t r, int64_t c, size_t nbytes,
+                   int32_t shard, size_t rec) {
     if (o->n == o->cap) {
         size_t cap = o->cap ? o->cap * 2 : 256;
         out_tensor *nt = realloc(o->t, cap * sizeof *nt);
-        if (!nt) return NULL;
+        if (!nt) return set_error("out of memory");
         o->t = nt;
         o->cap = cap;
     }
@@ -91,19 +109,11 @@ static out_tensor *add_out(out_list *o, const char *name, const char *dtype, int
     t->ndim = ndim;
     t->shape[0] = r;
     t->shape[1] = c;
-    t->data = data;
     t->nbytes = nbytes;
     t->shard = shard;
-    return t;
+    t->rec = rec;
+    return 0;
 }
-
-static void *own(out_list *o, size_t n) {
-    void **nb = realloc(o->bufs, (o->n_bufs + 1) * sizeof *nb);
-    if (!nb) return NULL;
-    o->bufs = nb;
-    return o->bufs[o->n_bufs++] = calloc(1, n ? n : 1);
-}
-
 
 /* The matrices the release keeps in fp8 (everything else dense stays bf16 / f32). */
 static int stored_fp8(const char *name) {
@@ -159,6 +169,17 @@ static int32_t shard_of(const config *c, const char *name) {
     return strcmp(name, "embed.weight") == 0 ? 0 : 1;
 }
 
+/* How a recorded tensor is stored: as the source gave it, or as the release's fp8 layout has it */
+typedef enum { KEEP, QUANT_FP8, QUANT_FP4, TO_BF16 } storing;
+
+static storing how_stored(const record *rc, int fp8) {
+    if (fp8 && rc->w.type == DT_BF16 && strstr(rc->name, ".ffn.experts.")) return QUANT_FP4;
+    if (fp8 && rc->w.type == DT_BF16 && stored_fp8(rc->name)) return QUANT_FP8;
+    if (fp8 && rc->w.type == DT_F32 && promoted_f32(rc->name)) return TO_BF16; /* the release stores these bf16 */
+    return KEEP;
+}
+
+/* The shard layout from the records alone: names, dtypes, shapes and byte counts. */
 static int plan(const config *c, const recorder *r, int fp8, out_list *o) {
     static const char *DT[] = {"F32", "BF16", "F8_E4M3", "F8_E8M0", "I8"};
     static const int SZ[] = {4, 2, 1, 1, 1};
@@ -166,46 +187,33 @@ static int plan(const config *c, const recorder *r, int fp8, out_list *o) {
         const record *rc = &r->recs[i];
         const weight *w = &rc->w;
         int32_t sh = shard_of(c, rc->name);
-        progress_report("store: tensors", (int64_t)i, (int64_t)r->n);
-        int64_t rows = w->rows, cols = w->cols;
+        int64_t rows = w->rows, cols = w->cols, sc = (cols + 31) / 32;
         char sname[180];
         snprintf(sname, sizeof sname, "%.*s.scale", (int)strlen(rc->name) - 7, rc->name);
-        int expert = strstr(rc->name, ".ffn.experts.") != NULL;
-        if (fp8 && w->type == DT_BF16 && (expert || stored_fp8(rc->name))) {
-            int64_t sr = expert ? rows : (rows + 31) / 32, sc = (cols + 31) / 32, dc = expert ? (cols + 1) / 2 : cols;
-            uint8_t *codes = own(o, (size_t)(rows * dc)), *scale = own(o, (size_t)(sr * sc));
-            if (!codes || !scale) return set_error("out of memory");
-            if (expert) quant_fp4_rows(w, codes, scale);
-            else quant_fp8_tiles(w, codes, scale);
-            if (!add_out(o, rc->name, expert ? "I8" : "F8_E4M3", 2, rows, dc, codes, (size_t)(rows * dc), sh) ||
-                !add_out(o, sname, "F8_E8M0", 2, sr, sc, scale, (size_t)(sr * sc), sh))
-                return set_error("out of memory");
-            continue;
+        storing how = how_stored(rc, fp8);
+        int rc_err = 0;
+        if (how == QUANT_FP8 || how == QUANT_FP4) {
+            int64_t sr = how == QUANT_FP4 ? rows : (rows + 31) / 32, dc = how == QUANT_FP4 ? (cols + 1) / 2 : cols;
+            rc_err = add_out(o, rc->name, how == QUANT_FP4 ? "I8" : "F8_E4M3", 2, rows, dc, (size_t)(rows * dc), sh, i) ||
+                     add_out(o, sname, "F8_E8M0", 2, sr, sc, (size_t)(sr * sc), sh, i);
+        } else if (how == TO_BF16) {
+            rc_err = add_out(o, rc->name, "BF16", rc->ndim, rc->shape[0], rc->shape[1], (size_t)(rows * cols) * 2, sh, i);
+        } else {
+            size_t nb = (size_t)(rows * (w->type == DT_FP4 ? (cols + 1) / 2 : cols)) * (size_t)SZ[w->type];
+            int64_t sr = w->scale_rows == 1 ? rows : (rows + 31) / 32;
+            rc_err = add_out(o, rc->name, DT[w->type], rc->ndim, rc->shape[0], rc->shape[1], nb, sh, i) ||
+                     (rc->has_scale && add_out(o, sname, "F8_E8M0", 2, sr, sc, (size_t)(sr * sc), sh, i));
         }
-        if (fp8 && w->type == DT_F32 && promoted_f32(rc->name)) { /* the release stores these bf16 */
-            uint16_t *h = own(o, (size_t)(rows * cols) * 2);
-            if (!h) return set_error("out of memory");
-            for (int64_t i = 0; i < rows * cols; i++) h[i] = f32_to_bf16(((const float *)w->data)[i]);
-            if (!add_out(o, rc->name, "BF16", rc->ndim, rc->shape[0], rc->shape[1], h, (size_t)(rows * cols) * 2, sh))
-                return set_error("out of memory");
-            continue;
-        }
-        size_t nb = (size_t)(rows * (w->type == DT_FP4 ? (cols + 1) / 2 : cols)) * (size_t)SZ[w->type];
-        if (!add_out(o, rc->name, DT[w->type], rc->ndim, rc->shape[0], rc->shape[1], w->data, nb, sh))
-            return set_error("out of memory");
-        if (w->scale) {
-            int64_t sr = w->scale_rows == 1 ? rows : (rows + 31) / 32, sc = (cols + 31) / 32;
-            if (!add_out(o, sname, "F8_E8M0", 2, sr, sc, w->scale, (size_t)(sr * sc), sh)) return set_error("out of memory");
-        }
+        if (rc_err) return -1;
     }
-    progress_report("store: tensors", (int64_t)r->n, (int64_t)r->n);
     return 0;
 }
 
-/* a growable text buffer for headers and JSON files */
+/* a growable text buffer for headers and JSON files; oom is set once a put could not grow it */
 typedef struct {
     char *s;
     size_t n, cap;
+    int oom;
 } text;
 
 static void put(text *t, const char *fmt, ...) {
@@ -213,11 +221,11 @@ static void put(text *t, const char *fmt, ...) {
     va_start(ap, fmt);
     int need = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    if (need < 0) return;
+    if (need < 0 || t->oom) return;
     if (t->n + (size_t)need + 1 > t->cap) {
         size_t cap = (t->n + (size_t)need + 1) * 2;
         char *ns = realloc(t->s, cap);
-        if (!ns) abort();
+        if (!ns) { t->oom = 1; return; }
         t->s = ns;
         t->cap = cap;
     }
@@ -227,17 +235,25 @@ static void put(text *t, const char *fmt, ...) {
     t->n += (size_t)need;
 }
 
-static int write_file(const char *path, const void *a, size_t an, const void *b, size_t bn) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return set_error("%s: cannot create: %s", path, strerror(errno));
-    int ok = fwrite(a, 1, an, f) == an && (!bn || fwrite(b, 1, bn, f) == bn);
+/* Flushes f to the disk and closes it: a renamed checkpoint must not be missing its data after
+ * a crash. Returns 0 or -1 with a message naming path. */
+static int close_synced(FILE *f, const char *path, int ok) {
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     ok = fclose(f) == 0 && ok;
-    return ok ? 0 : set_error("%s: write failed", path);
+    return ok ? 0 : set_error("%s: write failed: %s", path, strerror(errno));
 }
 
-/* Data regions without data (a skeleton's) become holes of a sparse file: the file is sized
- * with ftruncate and never written there, so a 100 GB table costs no disk. */
-static int write_shard(const char *dir, const char *file, const out_list *o, int32_t shard) {
+static int write_text(const char *dir, const char *file, const text *t) {
+    char path[1400];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    if (t->oom) return set_error("%s: out of memory", path);
+    FILE *f = fopen(path, "wb");
+    if (!f) return set_error("%s: cannot create: %s", path, strerror(errno));
+    return close_synced(f, path, fwrite(t->s, 1, t->n, f) == t->n);
+}
+
+/* The 8-byte length and the JSON header of one shard; *end is the file's full length. */
+static int write_header(FILE *f, const char *path, const out_list *o, int32_t shard, off_t *end) {
     text h = {0};
     put(&h, "{\"__metadata__\":{\"format\":\"pt\"}");
     size_t off = 0;
@@ -251,22 +267,75 @@ static int write_shard(const char *dir, const char *file, const out_list *o, int
     }
     put(&h, "}");
     while (h.n % 8) put(&h, " ");
-    char path[1400];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    FILE *f = fopen(path, "wb");
-    if (!f) { free(h.s); return set_error("%s: cannot create: %s", path, strerror(errno)); }
     uint8_t len[8];
     for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)h.n >> (8 * i));
-    int ok = fwrite(len, 1, 8, f) == 8 && fwrite(h.s, 1, h.n, f) == h.n;
-    for (size_t i = 0; ok && i < o->n; i++) {
-        const out_tensor *t = &o->t[i];
-        if (t->shard != shard) continue;
-        ok = t->data ? fwrite(t->data, 1, t->nbytes, f) == t->nbytes : fseeko(f, (off_t)t->nbytes, SEEK_CUR) == 0;
-    }
-    ok = fflush(f) == 0 && ok && ftruncate(fileno(f), (off_t)(8 + h.n + off)) == 0;
-    ok = fclose(f) == 0 && ok;
+    *end = (off_t)(8 + h.n + off);
+    int rc = h.oom ? set_error("%s: out of memory", path)
+             : fwrite(len, 1, 8, f) == 8 && fwrite(h.s, 1, h.n, f) == h.n ? 0 : set_error("%s: write failed", path);
     free(h.s);
-    return ok ? 0 : set_error("%s: write failed", path);
+    return rc;
+}
+
+/* Every tensor's bytes into its shard, in the plan's order: each record's tensor is asked of
+ * the source again, quantized when the plan says so, written and dropped. */
+static int write_tensors(recorder *r, const out_list *o, int fp8, FILE **f, char (*paths)[1400]) {
+    int rc = 0;
+    for (size_t i = 0, k = 0; rc == 0 && i < r->n; i++) {
+        const record *rec = &r->recs[i];
+        if (r->cancel && *r->cancel) return set_error("convert: cancelled");
+        progress_report("write: tensors", (int64_t)i, (int64_t)r->n);
+        weight w;
+        arena_clear(&r->arena);
+        if (r->inner->load(r->inner, &r->arena, rec->name, rec->ndim, rec->shape, &w)) return -1;
+        storing how = how_stored(rec, fp8);
+        const out_tensor *t = &o->t[k], *ts = k + 1 < o->n && o->t[k + 1].rec == i ? &o->t[k + 1] : NULL;
+        uint8_t *data = how == KEEP ? NULL : calloc(1, t->nbytes + 1), *scale = ts && how != KEEP ? calloc(1, ts->nbytes + 1) : NULL;
+        if ((how != KEEP && !data) || (ts && how != KEEP && !scale)) rc = set_error("out of memory");
+        else if (how == QUANT_FP4) quant_fp4_rows(&w, data, scale);
+        else if (how == QUANT_FP8) quant_fp8_tiles(&w, data, scale);
+        else if (how == TO_BF16)
+            for (int64_t e = 0; e < w.rows * w.cols; e++) ((uint16_t *)data)[e] = f32_to_bf16(((const float *)w.data)[e]);
+        if (rc == 0 && fwrite(how == KEEP ? w.data : data, 1, t->nbytes, f[t->shard]) != t->nbytes)
+            rc = set_error("%s: write failed: %s", paths[t->shard], strerror(errno));
+        if (rc == 0 && ts && fwrite(how == KEEP ? w.scale : scale, 1, ts->nbytes, f[ts->shard]) != ts->nbytes)
+            rc = set_error("%s: write failed: %s", paths[ts->shard], strerror(errno));
+        k += ts ? 2 : 1;
+        free(data);
+        free(scale);
+    }
+    arena_clear(&r->arena);
+    if (rc == 0) progress_report("write: tensors", (int64_t)r->n, (int64_t)r->n);
+    return rc;
+}
+
+static void shard_file(char *buf, size_t cap, int32_t s, int32_t nshards) {
+    snprintf(buf, cap, "model-%05d-of-%05d.safetensors", s + 1, nshards);
+}
+
+/* All shards are open at once because the records come in model order, not shard order. Without
+ * a recorder (a skeleton) nothing is written after the headers: each file is sized with
+ * ftruncate, so its data regions are holes and a 100 GB table costs no disk. */
+static int write_shards(const char *dir, recorder *r, const out_list *o, int fp8, int32_t nshards) {
+    FILE **f = calloc((size_t)nshards, sizeof *f);
+    char (*paths)[1400] = calloc((size_t)nshards, sizeof *paths);
+    off_t *end = calloc((size_t)nshards, sizeof *end);
+    int rc = f && paths && end ? 0 : set_error("out of memory");
+    for (int32_t s = 0; rc == 0 && s < nshards; s++) {
+        char file[64];
+        shard_file(file, sizeof file, s, nshards);
+        snprintf(paths[s], sizeof paths[s], "%s/%s", dir, file);
+        if (!(f[s] = fopen(paths[s], "wb"))) rc = set_error("%s: cannot create: %s", paths[s], strerror(errno));
+        else rc = write_header(f[s], paths[s], o, s, &end[s]);
+    }
+    if (rc == 0 && r) rc = write_tensors(r, o, fp8, f, paths);
+    for (int32_t s = 0; rc == 0 && !r && s < nshards; s++)
+        if (fflush(f[s]) != 0 || ftruncate(fileno(f[s]), end[s]) != 0) rc = set_error("%s: write failed: %s", paths[s], strerror(errno));
+    for (int32_t s = 0; f && s < nshards; s++)
+        if (f[s] && close_synced(f[s], paths[s], rc == 0) && rc == 0) rc = -1;
+    free(f);
+    free(paths);
+    free(end);
+    return rc;
 }
 
 static void put_list(text *t, const char *key, const int32_t *v, int n) {
@@ -336,28 +405,29 @@ static void remove_tree(const char *dir) {
     rmdir(dir);
 }
 
-static void shard_file(char *buf, size_t cap, int32_t s, int32_t nshards) {
-    snprintf(buf, cap, "model-%05d-of-%05d.safetensors", s + 1, nshards);
+/* fsync of a directory, so that the names in it (new files, a rename) survive a crash */
+static int sync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int ok = fd >= 0 && fsync(fd) == 0;
+    if (fd >= 0) close(fd);
+    return ok ? 0 : set_error("%s: cannot sync the directory: %s", dir, strerror(errno));
 }
 
-/* The directory: o's tensors in nshards shards, the index, config.json with the text given, and
- * c's Engram token map. It appears whole under out_dir or not at all. */
-static int write_checkpoint(const config *c, const out_list *o, int32_t nshards, const text *cfg, const char *out_dir) {
+/* The directory: o's tensors in nshards shards (their data from r, or holes without one), the
+ * index, config.json with the text given, and c's Engram token map. It appears whole under
+ * out_dir or not at all. */
+static int write_checkpoint(const config *c, recorder *r, const out_list *o, int fp8, int32_t nshards, const text *cfg,
+                            const char *out_dir) {
     struct stat st;
     if (stat(out_dir, &st) == 0) return set_error("%s: already exists (convert never overwrites)", out_dir);
-    char tmp[1100];
+    char tmp[1100], parent[1100];
     snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", out_dir);
     if (!mkdtemp(tmp)) return set_error("%s: cannot create a temporary directory: %s", out_dir, strerror(errno));
-    int rc = 0;
-    char file[64], path[1300];
-    for (int32_t s = 0; rc == 0 && s < nshards; s++) {
-        shard_file(file, sizeof file, s, nshards);
-        rc = write_shard(tmp, file, o, s);
-        progress_report("write: shards", s + 1, nshards);
-    }
+    int rc = write_shards(tmp, r, o, fp8, nshards);
     text t = {0};
     if (rc == 0) {
         size_t total = 0;
+        char file[64];
         for (size_t i = 0; i < o->n; i++) total += o->t[i].nbytes;
         put(&t, "{\n  \"metadata\": {\"total_size\": %zu},\n  \"weight_map\": {", total);
         for (size_t i = 0; i < o->n; i++) {
@@ -365,62 +435,46 @@ static int write_checkpoint(const config *c, const out_list *o, int32_t nshards,
             put(&t, "%s\n    \"%s\": \"%s\"", i ? "," : "", o->t[i].name, file);
         }
         put(&t, "\n  }\n}\n");
-        snprintf(path, sizeof path, "%s/model.safetensors.index.json", tmp);
-        rc = write_file(path, t.s, t.n, NULL, 0);
+        rc = write_text(tmp, "model.safetensors.index.json", &t);
         t.n = 0;
     }
-    if (rc == 0) {
-        snprintf(path, sizeof path, "%s/config.json", tmp);
-        rc = write_file(path, cfg->s, cfg->n, NULL, 0);
-    }
+    if (rc == 0) rc = write_text(tmp, "config.json", cfg);
     if (rc == 0 && c->n_engram) {
         put(&t, "[");
         for (int32_t i = 0; i < c->vocab_size; i++) put(&t, "%s%lld", i ? "," : "", (long long)c->engram_token_map[i]);
         put(&t, "]\n");
-        snprintf(path, sizeof path, "%s/engram_token_map.json", tmp);
-        rc = write_file(path, t.s, t.n, NULL, 0);
+        rc = write_text(tmp, "engram_token_map.json", &t);
     }
+    if (rc == 0 && r && r->cancel && *r->cancel) rc = set_error("convert: cancelled");
+    if (rc == 0) rc = sync_dir(tmp);
     if (rc == 0 && rename(tmp, out_dir) != 0) rc = set_error("%s: cannot rename into place: %s", out_dir, strerror(errno));
     if (rc) remove_tree(tmp);
+    snprintf(parent, sizeof parent, "%s", out_dir);
+    if (rc == 0) rc = sync_dir(dirname(parent));
     free(t.s);
     return rc;
 }
 
-static void out_free(out_list *o) {
-    for (size_t i = 0; i < o->n_bufs; i++) free(o->bufs[i]);
-    free(o->bufs);
-    free(o->t);
-}
-
 /* Builds the model of c through a recorder over inner and writes what was recorded. */
-static int convert(config *c, weight_source *inner, const char *dtype, const char *out_dir) {
+static int convert(config *c, weight_source *inner, const char *dtype, const char *out_dir, const volatile sig_atomic_t *cancel) {
     int fp8 = !strcmp(dtype, "fp8");
     if (!fp8 && strcmp(dtype, "bf16")) { config_free(c); return set_error("convert: --dtype must be bf16 or fp8, not '%s'", dtype); }
-    recorder r = {{record_load}, inner, NULL, 0, 0};
+    recorder r = {.base = {record_load}, .inner = inner, .cancel = cancel};
     dsv41_model *m = model_build(c, &r.base);
     out_list o = {0};
     text cfg = {0};
     int rc = m ? plan(&m->cfg, &r, fp8, &o) : -1;
     if (rc == 0) {
         config_json(&m->cfg, fp8, &cfg);
-        rc = write_checkpoint(&m->cfg, &o, m->cfg.n_engram ? 3 : 2, &cfg, out_dir);
+        rc = write_checkpoint(&m->cfg, &r, &o, fp8, m->cfg.n_engram ? 3 : 2, &cfg, out_dir);
     }
+    free(o.t);
+    free(cfg.s);
     if (!m) config_free(c);
     dsv41_model_free(m);
+    arena_clear(&r.arena);
+    free(r.arena.owned);
     free(r.recs);
-    out_free(&o);
-    free(cfg.s);
-    return rc;
-}
-
-int dsv41_convert_golden(const dsv41_golden *g, const char *dtype, const char *out_dir) {
-    const json *root = golden_root(g);
-    config c;
-    if (config_from_fixture(&c, json_get(root, "fixture"))) return -1;
-    weight_source *meta = meta_source_new(json_get(root, "weights_meta"));
-    if (!meta) { config_free(&c); return -1; }
-    int rc = convert(&c, meta, dtype, out_dir);
-    meta_source_free(meta);
     return rc;
 }
 
@@ -431,7 +485,18 @@ static int error_in(const char *path) {
     return set_error("%s: %s", path, msg);
 }
 
-int dsv41_synth(const char *config_path, const char *dtype, const char *out_dir) {
+int dsv41_convert_golden(const dsv41_golden *g, const char *dtype, const char *out_dir, const volatile sig_atomic_t *cancel) {
+    const json *root = golden_root(g);
+    config c;
+    if (config_from_fixture(&c, json_get(root, "fixture"))) return -1;
+    weight_source *meta = meta_source_new(json_get(root, "weights_meta"));
+    if (!meta) { config_free(&c); return -1; }
+    int rc = convert(&c, meta, dtype, out_dir, cancel);
+    meta_source_free(meta);
+    return rc;
+}
+
+int dsv41_synth(const char *config_path, const char *dtype, const char *out_dir, const volatile sig_atomic_t *cancel) {
     char err[512];
     json *j = json_load_file(config_path, err, sizeof err);
     if (!j) return set_error("%s", err);
@@ -441,7 +506,7 @@ int dsv41_synth(const char *config_path, const char *dtype, const char *out_dir)
     if (rc) return error_in(config_path);
     weight_source *rule = rule_source_new(&c);
     if (!rule) { config_free(&c); return -1; }
-    rc = convert(&c, rule, dtype, out_dir);
+    rc = convert(&c, rule, dtype, out_dir, cancel);
     free(rule);
     return rc;
 }
@@ -469,7 +534,7 @@ int dsv41_synth_skeleton(const char *config_path, int32_t n_shards, const char *
         return set_error("%s: %s", config_path, err);
     }
     config c;
-    int rc = config_geometry(&c, j);
+    int rc = config_from_checkpoint(&c, j);
     json_free(j);
     if (rc) {
         free(cfg.s);
@@ -487,8 +552,7 @@ int dsv41_synth_skeleton(const char *config_path, int32_t n_shards, const char *
         const inv_tensor *t = &inv.t[i];
         int32_t sh = skeleton_shard(t->name, before, rest, n_shards - c.n_engram, &tables);
         if (!strstr(t->name, ".engram.embed.")) before += t->nbytes;
-        if (!add_out(&o, t->name, t->dtype, t->ndim, t->shape[0], t->shape[1], NULL, (size_t)t->nbytes, sh))
-            rc = set_error("out of memory");
+        rc = add_out(&o, t->name, t->dtype, t->ndim, t->shape[0], t->shape[1], (size_t)t->nbytes, sh, 0);
     }
     /* The release derives the Engram token map from its tokenizer; a skeleton has none, so it
      * gets a placeholder in range (token i -> i mod the compressed vocabulary). */
@@ -497,9 +561,9 @@ int dsv41_synth_skeleton(const char *config_path, int32_t n_shards, const char *
         if (!c.engram_token_map) rc = set_error("out of memory");
         for (int32_t i = 0; rc == 0 && i < c.vocab_size; i++) c.engram_token_map[i] = i % c.engram_compressed_vocab;
     }
-    if (rc == 0) rc = write_checkpoint(&c, &o, n_shards, &cfg, out_dir);
+    if (rc == 0) rc = write_checkpoint(&c, NULL, &o, 0, n_shards, &cfg, out_dir);
     inventory_free(&inv);
-    out_free(&o);
+    free(o.t);
     config_free(&c);
     free(cfg.s);
     return rc;

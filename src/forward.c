@@ -4,17 +4,38 @@
  * pre-mix of V4.1: attention collapses the copies with the pre weights the previous block's FFN
  * computed (one-hot copy 0 for layer 0), and the FFN collapses with the pre weights its own
  * attention computed. The final collapse uses the last FFN's pre. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dist.h"
 #include "scratch.h"
 
+/* Every cache, ring and slot as a new session has them: position 0. */
+static void session_clear(dsv41_session *s) {
+    const config *c = &s->m->cfg;
+    s->pos = 0;
+    memset(s->ngram_cache, 0, (size_t)c->max_seq_len * sizeof *s->ngram_cache);
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        layer_state *st = &s->layers[l];
+        size_t ratio = (size_t)c->compress_ratio[l], groups = (size_t)(ratio ? c->max_seq_len / ratio : 0) + 1;
+        memset(st->window, 0, (size_t)c->window_size * c->head_dim * sizeof(float));
+        if (!c->is_kv_source[l]) continue;
+        memset(st->ckv, 0, groups * c->head_dim * sizeof(float));
+        memset(st->ik, 0, groups * c->index_head_dim * sizeof(float));
+        memset(st->kv_state, 0, ratio * c->head_dim * sizeof(float));
+        for (size_t i = 0; i < ratio * c->head_dim; i++) st->score_state[i] = -INFINITY;
+    }
+    s->shared.compress_kv = s->shared.index_k = NULL;
+    s->shared.topk_rows = s->shared.topk_width = s->shared.cand_rows = s->shared.cand_width = 0;
+}
+
 dsv41_session *dsv41_session_new(const dsv41_model *m) {
     const config *c = &m->cfg;
     dsv41_session *s = calloc(1, sizeof *s);
     if (!s) goto oom;
     s->m = m;
+    atomic_init(&s->cancel, 0);
     s->ngram_cache = calloc((size_t)c->max_seq_len, sizeof *s->ngram_cache);
     s->layers = calloc((size_t)c->n_layers, sizeof *s->layers);
     if (!s->ngram_cache || !s->layers) goto oom;
@@ -30,8 +51,8 @@ dsv41_session *dsv41_session_new(const dsv41_model *m) {
         st->kv_state = calloc((size_t)ratio * c->head_dim, sizeof(float));
         st->score_state = malloc((size_t)ratio * c->head_dim * sizeof(float));
         if (!st->ckv || !st->ik || !st->kv_state || !st->score_state) goto oom;
-        for (size_t i = 0; i < (size_t)ratio * c->head_dim; i++) st->score_state[i] = -1.0f / 0.0f;
     }
+    session_clear(s);
     dist_session_new(s);
     return s;
 oom:
@@ -134,9 +155,15 @@ static void block(dsv41_session *s, int32_t l, int64_t T, const int64_t *hashes,
     scratch_end(mark);
 }
 
+/* A cancel request, taken (it stops one call). The ranks of a distributed model run the same
+ * calls in step, so there a request is never taken. */
+static int cancelled(dsv41_session *s) { return s->m->part.n_ranks == 1 && atomic_exchange(&s->cancel, 0); }
+
 /* One call of the reference: a prefill (pos 0, any n) or one decode token. logits gets the
- * last token's [vocab], or with `all` every token's [n][vocab]. */
-static void forward_call(dsv41_session *s, const int32_t *ids, int64_t T, float *logits, int all, dsv41_trace *tr) {
+ * last token's [vocab], or with `all` every token's [n][vocab]. A prefill polls the cancel
+ * request between layers and, when asked, empties the session and returns -1; a one-token call
+ * after it runs whole (stopping inside it would leave its layers out of step). */
+static int forward_call(dsv41_session *s, const int32_t *ids, int64_t T, float *logits, int all, dsv41_trace *tr) {
     const dsv41_model *m = s->m;
     const config *c = &m->cfg;
     int32_t hc = c->hc_mult, dim = c->dim, cols = engram_cols(c);
@@ -157,6 +184,11 @@ static void forward_call(dsv41_session *s, const int32_t *ids, int64_t T, float 
     }
     trace_f32(tr, x, 3, (int64_t[]){1, T, dim}, "embed");
     for (int32_t l = 0; l < c->n_layers; l++) {
+        if (s->pos == 0 && cancelled(s)) {
+            scratch_end(mark);
+            session_clear(s);
+            return set_error("forward: cancelled");
+        }
         block(s, l, T, hashes, h, pre_mix, tr);
         if (s->progress) s->progress(s->progress_ctx, l + 1, c->n_layers);
     }
@@ -173,6 +205,7 @@ static void forward_call(dsv41_session *s, const int32_t *ids, int64_t T, float 
     if (logits) memcpy(logits, all ? lg : lg + (T - 1 - first) * V, (size_t)(all ? T * V : V) * sizeof *logits);
     s->pos += (int32_t)T;
     scratch_end(mark);
+    return 0;
 }
 
 static int check_call(const dsv41_session *s, const int32_t *ids, int32_t n) {
@@ -191,17 +224,24 @@ static int check_call(const dsv41_session *s, const int32_t *ids, int32_t n) {
  * that sequence of calls; the trace keeps the last one's captures. */
 static int forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logits, int all, dsv41_trace *tr) {
     if (check_call(s, ids, n)) return -1;
+    atomic_store(&s->cancel, 0); /* only a request made during this call stops it */
+    int64_t V = s->m->cfg.vocab_size;
+    int rc = 0;
     dist_forward_begin(s, ids, n, (logits ? FWD_LOGITS : 0) | (all ? FWD_ALL : 0) | (tr ? FWD_TRACE : 0));
     if (s->pos == 0 || n == 1) {
-        forward_call(s, ids, n, logits, all, tr);
+        rc = forward_call(s, ids, n, logits, all, tr);
     } else {
-        int64_t V = s->m->cfg.vocab_size;
         for (int32_t i = 0; i < n; i++) {
+            if (cancelled(s)) { rc = set_error("forward: cancelled"); break; }
             float *out = !logits ? NULL : all ? logits + i * V : i == n - 1 ? logits : NULL;
             forward_call(s, ids + i, 1, out, 0, tr);
         }
     }
     dist_forward_end(s);
+    if (rc) return -1;
+    /* non-finite weights or config values give NaN logits: an error, never a silent token 0 */
+    for (int64_t i = 0; logits && i < (all ? n * V : V); i++)
+        if (isnan(logits[i])) return set_error("forward: the logits hold NaN (non-finite weights in the model?)");
     return 0;
 }
 
@@ -212,6 +252,8 @@ int dsv41_session_forward(dsv41_session *s, const int32_t *ids, int32_t n, float
 int dsv41_session_forward_all(dsv41_session *s, const int32_t *ids, int32_t n, float *logits) {
     return forward(s, ids, n, logits, 1, NULL);
 }
+
+void dsv41_session_cancel(dsv41_session *s) { atomic_store(&s->cancel, 1); }
 
 void dsv41_session_set_progress(dsv41_session *s, void (*fn)(void *ctx, int32_t done, int32_t total), void *ctx) {
     s->progress = fn;

@@ -68,10 +68,11 @@ static bar_kind bar_of(const char *name) {
     return BAR_BF16;
 }
 
-static int64_t num_at(const json *a, size_t i, int *ok) {
-    const json *v = json_at(a, i);
-    if (!v || v->type != JSON_NUM) { *ok = 0; return 0; }
-    return json_i64(v);
+/* Integer item i of a in [lo, hi]; clears *ok for anything else (a float is never truncated). */
+static int64_t num_at(const json *a, size_t i, int64_t lo, int64_t hi, int *ok) {
+    int64_t v = 0;
+    if (json_int(json_at(a, i), lo, hi, &v)) *ok = 0;
+    return v;
 }
 
 int golden_compare(const char *regime, const char *name, const json *cap, const double *got, int32_t ndim,
@@ -85,15 +86,16 @@ int golden_compare(const char *regime, const char *name, const json *cap, const 
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) {
         n *= shape[i];
-        if (same && num_at(sh, (size_t)i, &ok) != shape[i]) same = 0;
+        if (same && num_at(sh, (size_t)i, 0, INT64_MAX, &ok) != shape[i]) same = 0;
     }
     if (!ok || !same) {
         char want[96] = "[";
         for (int i = 0; i < ndim; i++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", i ? "," : "", (long long)shape[i]);
         return set_error("golden: %s %s: shape disagrees with the model's %s]", regime, name, want);
     }
-    int64_t stride = json_i64(st);
-    if (stride < 1 || (int64_t)data->len != (n + stride - 1) / stride)
+    int64_t stride;
+    if (json_int(st, 1, INT64_MAX, &stride)) return set_error("golden: %s %s: stride must be a positive integer", regime, name);
+    if ((int64_t)data->len != n / stride + (n % stride != 0))
         return set_error("golden: %s %s: %zu samples do not fit %lld elements at stride %lld", regime, name, data->len,
                          (long long)n, (long long)stride);
     double smax = 0.0, err = 0.0, ckg = 0.0, wsum = 0.0;
@@ -140,14 +142,14 @@ static int run_regime(const char *regime, const json *R, dsv41_session **ss, dsv
     const json *ic = json_get(R, "input_ids"), *sh = json_get(ic, "shape"), *data = json_get(ic, "data"),
                *st = json_get(ic, "stride");
     int ok = 1;
-    if (!sh || !data || data->type != JSON_ARR || sh->len != 2 || num_at(sh, 0, &ok) != B || !ok || !st ||
+    if (!sh || !data || data->type != JSON_ARR || sh->len != 2 || num_at(sh, 0, B, B, &ok) != B || !ok ||
         json_i64(st) != 1)
         return set_error("golden: %s: input_ids must be a whole [batch, tokens] capture", regime);
-    int64_t L = num_at(sh, 1, &ok);
-    if (L < 1 || (int64_t)data->len != B * L) return set_error("golden: %s: input_ids holds the wrong count", regime);
+    int64_t L = num_at(sh, 1, 1, INT32_MAX / B, &ok); /* B * L stays an int32 count */
+    if (!ok || (int64_t)data->len != B * L) return set_error("golden: %s: input_ids holds the wrong count", regime);
     int32_t *ids = malloc((size_t)(B * L) * sizeof *ids);
     if (!ids) return set_error("out of memory");
-    for (int64_t i = 0; i < B * L; i++) ids[i] = (int32_t)num_at(data, (size_t)i, &ok);
+    for (int64_t i = 0; i < B * L; i++) ids[i] = (int32_t)num_at(data, (size_t)i, 0, INT32_MAX, &ok);
     for (int32_t b = 0; ok && b < B; b++) {
         dsv41_trace_clear(tr[b]);
         if (dsv41_session_forward(ss[b], ids + b * L, (int32_t)L, NULL, tr[b])) {
@@ -158,7 +160,7 @@ static int run_regime(const char *regime, const json *R, dsv41_session **ss, dsv
         }
     }
     free(ids);
-    if (!ok) return set_error("golden: %s: input_ids holds a non-number", regime);
+    if (!ok) return set_error("golden: %s: input_ids holds something other than a token id", regime);
     for (size_t i = 0; i < R->len; i++) {
         const char *name = R->keys[i];
         int32_t ndim;
@@ -175,13 +177,20 @@ static int run_regime(const char *regime, const json *R, dsv41_session **ss, dsv
         if (r) (*passed)++;
         else (*failed)++;
     }
+    /* a capture the golden lacks would go unchecked: a golden that lost one must not pass */
+    for (size_t i = 0; i < tr[0]->n; i++)
+        if (!json_get(R, tr[0]->caps[i].name)) {
+            fprintf(report, "FAIL %s %s: the golden has no such capture\n", regime, tr[0]->caps[i].name);
+            (*failed)++;
+        }
     return 0;
 }
 
 int dsv41_golden_check(const dsv41_golden *g, const dsv41_model *m, FILE *report, int32_t *passed, int32_t *failed) {
     const json *fx = json_get(g->root, "fixture"), *regimes = json_get(fx, "regimes"), *bj = json_get(fx, "batch");
-    int32_t B = bj && bj->type == JSON_NUM ? (int32_t)json_i64(bj) : 1;
-    if (B < 1 || B > 4096) return set_error("golden: fixture batch must be in [1, 4096]");
+    int64_t batch = 1;
+    if (bj && json_int(bj, 1, 4096, &batch)) return set_error("golden: fixture batch must be an integer in [1, 4096]");
+    int32_t B = (int32_t)batch;
     if (regimes && regimes->type != JSON_ARR) return set_error("golden: fixture regimes must be a list");
     *passed = *failed = 0;
     dsv41_session **ss = calloc((size_t)B, sizeof *ss);
@@ -202,6 +211,7 @@ int dsv41_golden_check(const dsv41_golden *g, const dsv41_model *m, FILE *report
         }
         rc = run_regime(name, json_get(g->root, name), ss, tr, B, report, passed, failed);
     }
+    if (rc == 0 && *passed + *failed == 0) rc = set_error("golden: it holds no captures to check"); /* a vacuous pass */
     for (int32_t b = 0; b < B; b++) {
         if (ss) dsv41_session_free(ss[b]);
         if (tr) dsv41_trace_free(tr[b]);

@@ -28,9 +28,7 @@ static float sum_of_squares(const float *x, int64_t n) {
     float lane[16];
     memcpy(lane, &acc, sizeof lane);
     for (; i < n; i++) lane[i % 16] += x[i] * x[i];
-    for (int w = 8; w >= 1; w /= 2)
-        for (int j = 0; j < w; j++) lane[j] += lane[j + w];
-    return lane[0];
+    return sum16(lane);
 }
 
 typedef struct {

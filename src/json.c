@@ -6,6 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "files.h"
 
 #define JSON_MAX_DEPTH 256
 
@@ -245,8 +248,12 @@ json *json_parse(const char *text, size_t len, char *err, size_t errlen) {
 }
 
 char *json_read_text(const char *path, size_t *out_len, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return NULL; }
+    int fd = file_open_regular(path, err, errlen);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
+    if (!f) {
+        if (fd >= 0) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); close(fd); }
+        return NULL;
+    }
     char *buf = NULL;
     size_t len = 0, cap = 0;
     for (;;) {
@@ -290,9 +297,16 @@ const json *json_at(const json *a, size_t i) {
     return &a->items[i];
 }
 
-int64_t json_i64(const json *n) {
-    if (n->is_int) return (int64_t)n->bits;
-    return (int64_t)n->num;
+static int fits_i64(const json *n) {
+    return n && n->type == JSON_NUM && n->is_int && (n->is_neg || n->bits <= (uint64_t)INT64_MAX);
+}
+
+int64_t json_i64(const json *n) { return fits_i64(n) ? (int64_t)n->bits : INT64_MIN; }
+
+int json_int(const json *n, int64_t lo, int64_t hi, int64_t *out) {
+    if (!fits_i64(n) || (int64_t)n->bits < lo || (int64_t)n->bits > hi) return -1;
+    *out = (int64_t)n->bits;
+    return 0;
 }
 
 /* ---- the public face: dsv41_json is this parser's node */

@@ -45,6 +45,11 @@ void json_free(json *j);
 const json *json_get(const json *o, const char *key);
 /* Array item i, NULL when out of range or when a is not an array. */
 const json *json_at(const json *a, size_t i);
+/* The value of an integer literal that fits int64; INT64_MIN for anything else (a fraction,
+ * 1e30, NaN, a u64 past INT64_MAX, not a number), which every range check refuses. */
 int64_t json_i64(const json *n);
+/* 0 with *out set when n is an integer literal in [lo, hi]; -1 otherwise (a float such as 1.5
+ * or 1e30 is refused, never truncated). */
+int json_int(const json *n, int64_t lo, int64_t hi, int64_t *out);
 
 #endif

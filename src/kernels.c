@@ -3,6 +3,8 @@
  * x86-64 has the avx2 set (AVX2, FMA, F16C) and the avx512 set (AVX-512 F/BW/VL/DQ with VNNI
  * and VBMI), each compiled with function-level target attributes and used only when the CPU
  * (and the OS, for the wider registers) supports it. arm64 always has NEON. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -51,3 +53,32 @@ const kernel_set *kernels_best(void) {
         if (supported(ALL[i])) return ALL[i];
     return &kernels_scalar;
 }
+
+int32_t dsv41_kernel_sets(const char **names, int32_t cap) {
+    int32_t n = 0;
+    for (size_t i = 0; i < sizeof ALL / sizeof *ALL; i++)
+        if (supported(ALL[i])) {
+            if (n < cap) names[n] = ALL[i]->name;
+            n++;
+        }
+    return n;
+}
+
+int dsv41_set_kernels(const char *name) {
+    if (!name || !*name) name = getenv("DSV41_KERNELS");
+    if (!name || !*name) {
+        kernels_use(kernels_best());
+        return 0;
+    }
+    const kernel_set *k = kernels_find(name);
+    if (k) {
+        kernels_use(k);
+        return 0;
+    }
+    char list[64] = "";
+    for (size_t i = 0; i < sizeof ALL / sizeof *ALL; i++)
+        if (supported(ALL[i])) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", *list ? " " : "", ALL[i]->name);
+    return set_error("no kernel set '%.40s' on this CPU (it runs: %s)", name, list);
+}
+
+const char *dsv41_kernels(void) { return kernels_current()->name; }

@@ -3,8 +3,9 @@
  * A kernel computes raw f32 dot products of weight rows [r0, r1) with T activation rows:
  *     y[t * ystride + (r - r0)] = x[t] . W[r]
  * dense: f32 and bf16 weights, and fp8 / fp4 weights the loader dequantized (mode != AS_STORED),
- *        against f32 activations. Summation order is the kernel's own: a fast kernel matches the
- *        scalar one within rounding, not bit for bit.
+ *        against f32 activations, in the one canonical order of kernels_scalar.c: column i into
+ *        partial sum i mod 16 by a fused multiply-add, the 16 joined by sum16 (numerics.h). Every
+ *        correct kernel agrees bit for bit, whatever its tiles and the call's token count.
  * quant: fp8 / fp4 weights (AS_STORED) against an act-quantized activation: x holds e4m3
  *        values as f32 and xs their per-32 scales [T][ceil(cols/32)]. Each 32-block's partial
  *        is the EXACT sum of its products rounded once to f32 (products of these formats are
@@ -36,7 +37,8 @@ extern const kernel_set kernels_scalar;
 extern const kernel_set kernels_avx2, kernels_avx512, kernels_neon;
 /* The best set this CPU supports, chosen once at run time. */
 const kernel_set *kernels_best(void);
-/* A set by name ("scalar", "avx2", "avx512", "neon"), NULL when absent or unsupported here. */
+/* A set by name ("scalar", "avx2", "avx512", "neon"), NULL when absent or unsupported here
+ * (dsv41_set_kernels is the public way in). */
 const kernel_set *kernels_find(const char *name);
 /* The set linear() uses (default kernels_best()). */
 void kernels_use(const kernel_set *k);

@@ -56,14 +56,6 @@ INL __m256i treduce_epi32(__m256i a, __m256i b, __m256i c, __m256i d) {
     return _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
 }
 
-INL __m128 treduce_ps(__m256 a, __m256 b, __m256 c, __m256 d) {
-    __m256 ab = _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
-    __m256 cd = _mm256_add_ps(_mm256_unpacklo_ps(c, d), _mm256_unpackhi_ps(c, d));
-    __m256 s = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(ab), _mm256_castps_pd(cd))),
-                             _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(ab), _mm256_castps_pd(cd))));
-    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-}
-
 /* four rows of dwords -> per 128-bit lane, out[s] = [a_s, b_s, c_s, d_s] */
 INL void transpose4(__m256i a, __m256i b, __m256i c, __m256i d, __m256i out[4]) {
     __m256i t0 = _mm256_unpacklo_epi32(a, b), t1 = _mm256_unpackhi_epi32(a, b);
@@ -102,81 +94,89 @@ INL __m256 e2m1_8(__m256i c) {
     return _mm256_or_ps(v, _mm256_castsi256_ps(sign));
 }
 
-/* One tile of rows rp[0..3] and tokens xp[0..nt-1]; returns a bit per row with a NaN e4m3 code. */
-INL int dense_tile(const dtype ty, const uint8_t *const rp[RT], const uint8_t *const sp[RT], int64_t cols, int64_t pfd,
-                   const float *const xp[TT], const int nt, __m128 out[TT]) {
-    __m256 acc[RT][TT];
+/* 16 bytes (zero past n) */
+INL __m128i bytes16(const uint8_t *p, int64_t n) {
+    if (n >= 16) return _mm_loadu_si128((const __m128i *)p);
+    return _mm256_castsi256_si128(load_partial(p, n));
+}
+
+/* Rows rp[0..nr-1] of a tile against tokens xp[0..nt-1], 16 columns at a time in two vectors, so
+ * that lane j of the pair is the canonical partial sum of the columns j mod 16 (one FMA each, in
+ * column order, as kernels_scalar.c); half[t][i] gets the pair added (lane j + lane j+8, sum16's
+ * first step) for the driver's join. Returns a bit per row with a NaN e4m3 code. */
+INL int dense_rows(const dtype ty, const uint8_t *const *rp, const uint8_t *const *sp, int64_t cols, int64_t pfd,
+                   const float *const *xp, const int nt, const int nr, __m256 (*half)[RT]) {
+    const int64_t esz2 = ty == DT_F32 ? 8 : ty == DT_BF16 ? 4 : ty == DT_E4M3 ? 2 : 1; /* twice the bytes per column */
+    __m256 acc[RT][TT][2];
 #pragma GCC unroll 4
-    for (int i = 0; i < RT; i++)
+    for (int i = 0; i < nr; i++)
 #pragma GCC unroll 4
-        for (int t = 0; t < TT; t++) acc[i][t] = _mm256_setzero_ps();
-    int rows_nan = 0;
-    if (ty == DT_FP4) {
-        const __m256i ie = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-        const int64_t rb = (cols + 1) / 2;
-        for (int64_t c = 0; c < cols; c += 16) { /* 16 inputs, 8 bytes per row */
-            __m256 xe[TT], xo[TT];
+        for (int t = 0; t < TT; t++) acc[i][t][0] = acc[i][t][1] = _mm256_setzero_ps();
+    __m128i nan[RT];
 #pragma GCC unroll 4
-            for (int t = 0; t < nt; t++) {
-                __m256 lo = _mm256_permutevar8x32_ps(loadf_partial(xp[t] + c, cols - c), ie);
-                __m256 hi = _mm256_permutevar8x32_ps(loadf_partial(xp[t] + c + 8, cols - c - 8), ie);
-                xe[t] = _mm256_permute2f128_ps(lo, hi, 0x20);
-                xo[t] = _mm256_permute2f128_ps(lo, hi, 0x31);
+    for (int i = 0; i < nr; i++) nan[i] = _mm_setzero_si128();
+    for (int64_t c = 0; c < cols; c += 16) {
+        const int tail = cols - c < 16;
+        __m256 xv[TT][2];
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++)
+                xv[t][h] = tail ? loadf_partial(xp[t] + c + 8 * h, cols - c - 8 * h) : _mm256_loadu_ps(xp[t] + c + 8 * h);
+#pragma GCC unroll 4
+        for (int i = 0; i < nr; i++) {
+            const uint8_t *p = rp[i] + c * esz2 / 2;
+            _mm_prefetch((const char *)(p + pfd), _MM_HINT_T0);
+            __m256 wv[2];
+            if (ty == DT_F32) {
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++)
+                    wv[h] = tail ? loadf_partial((const float *)p + 8 * h, cols - c - 8 * h) : _mm256_loadu_ps((const float *)p + 8 * h);
+            } else if (ty == DT_BF16) {
+                __m256i v = tail ? load_partial(p, 2 * (cols - c)) : _mm256_loadu_si256((const __m256i *)p);
+                wv[0] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(v)), 16));
+                wv[1] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(v, 1)), 16));
+            } else if (ty == DT_E4M3) {
+                __m128i b = tail ? bytes16(p, cols - c) : _mm_loadu_si128((const __m128i *)p);
+                nan[i] = _mm_max_epu8(nan[i], _mm_or_si128(b, _mm_set1_epi8((char)0x80)));
+                const __m256 s = _mm256_set1_ps(e8m0_to_f32(sp[i][c / 32]));
+                wv[0] = _mm256_mul_ps(e4m3_8(b), s);
+                wv[1] = _mm256_mul_ps(e4m3_8(_mm_unpackhi_epi64(b, b)), s);
+            } else { /* 8 bytes, low nibble first: the 16 codes in column order, none past cols (with
+                      * a scale of 2^127 the odd row's spare nibble could be an infinity) */
+                __m128i b = _mm256_castsi256_si128(load_partial(p, imin(8, (cols + 1) / 2 - c / 2)));
+                __m128i lo = _mm_and_si128(b, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
+                __m128i codes = _mm_unpacklo_epi8(lo, hi);
+                if (tail)
+                    codes = _mm_and_si128(codes, _mm_cmpgt_epi8(_mm_set1_epi8((char)(cols - c)),
+                                                                 _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)));
+                const __m256 s = _mm256_set1_ps(e8m0_to_f32(sp[i][c / 32]));
+                wv[0] = _mm256_mul_ps(e2m1_8(_mm256_cvtepu8_epi32(codes)), s);
+                wv[1] = _mm256_mul_ps(e2m1_8(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(codes, codes))), s);
             }
 #pragma GCC unroll 4
-            for (int i = 0; i < RT; i++) {
-                _mm_prefetch((const char *)(rp[i] + c / 2 + pfd), _MM_HINT_T0);
-                __m256i v = bytes8(rp[i] + c / 2, rb - c / 2);
-                __m256 s = _mm256_set1_ps(e8m0_to_f32(sp[i][c / 32]));
-                __m256 we = _mm256_mul_ps(e2m1_8(v), s), wo = _mm256_mul_ps(e2m1_8(_mm256_srli_epi32(v, 4)), s);
-#pragma GCC unroll 4
-                for (int t = 0; t < nt; t++) {
-                    acc[i][t] = _mm256_fmadd_ps(we, xe[t], acc[i][t]);
-                    acc[i][t] = _mm256_fmadd_ps(wo, xo[t], acc[i][t]);
-                }
-            }
+            for (int t = 0; t < nt; t++)
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) acc[i][t][h] = _mm256_fmadd_ps(wv[h], xv[t][h], acc[i][t][h]);
         }
-    } else {
-        __m128i nan[RT];
-#pragma GCC unroll 4
-        for (int i = 0; i < RT; i++) nan[i] = _mm_setzero_si128();
-        const int64_t esz = ty == DT_F32 ? 4 : ty == DT_BF16 ? 2 : 1;
-        for (int64_t c = 0; c < cols; c += 8) {
-            const int tail = cols - c < 8;
-            __m256 xv[TT];
-#pragma GCC unroll 4
-            for (int t = 0; t < nt; t++) xv[t] = tail ? loadf_partial(xp[t] + c, cols - c) : _mm256_loadu_ps(xp[t] + c);
-#pragma GCC unroll 4
-            for (int i = 0; i < RT; i++) {
-                const uint8_t *p = rp[i] + c * esz;
-                _mm_prefetch((const char *)(p + pfd), _MM_HINT_T0);
-                __m256 wv;
-                if (ty == DT_F32) {
-                    wv = tail ? loadf_partial((const float *)p, cols - c) : _mm256_loadu_ps((const float *)p);
-                } else if (ty == DT_BF16) {
-                    __m128i h = tail ? _mm256_castsi256_si128(load_partial(p, 2 * (cols - c)))
-                                     : _mm_loadu_si128((const __m128i *)p);
-                    wv = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-                } else {
-                    __m128i b =
-                        tail ? _mm256_castsi256_si128(load_partial(p, cols - c)) : _mm_loadl_epi64((const __m128i *)p);
-                    nan[i] = _mm_max_epu8(nan[i], _mm_or_si128(b, _mm_set1_epi8((char)0x80)));
-                    wv = _mm256_mul_ps(e4m3_8(b), _mm256_set1_ps(e8m0_to_f32(sp[i][c / 32])));
-                }
-#pragma GCC unroll 4
-                for (int t = 0; t < nt; t++) acc[i][t] = _mm256_fmadd_ps(wv, xv[t], acc[i][t]);
-            }
-        }
-        if (ty == DT_E4M3)
-            for (int i = 0; i < RT; i++)
-                rows_nan |= (_mm_movemask_epi8(
-                                 _mm_cmpeq_epi8(_mm_unpacklo_epi64(nan[i], nan[i]), _mm_set1_epi8((char)0xFF))) != 0)
-                            << i;
     }
 #pragma GCC unroll 4
-    for (int t = 0; t < TT; t++)
-        out[t] = t < nt ? treduce_ps(acc[0][t], acc[1][t], acc[2][t], acc[3][t]) : _mm_setzero_ps();
+    for (int t = 0; t < nt; t++)
+#pragma GCC unroll 4
+        for (int i = 0; i < nr; i++) half[t][i] = _mm256_add_ps(acc[i][t][0], acc[i][t][1]);
+    int rows_nan = 0;
+    if (ty == DT_E4M3)
+        for (int i = 0; i < nr; i++)
+            rows_nan |= (_mm_movemask_epi8(_mm_cmpeq_epi8(nan[i], _mm_set1_epi8((char)0xFF))) != 0) << i;
     return rows_nan;
+}
+
+/* One tile: rows rp[0..3], tokens xp[0..nt-1]. Two accumulators per row and token leave room in
+ * 16 registers for 4 rows of up to 2 tokens; more tokens go in two passes over the rows. */
+INL int dense_tile(const dtype ty, const uint8_t *const rp[RT], const uint8_t *const sp[RT], int64_t cols, int64_t pfd,
+                   const float *const xp[TT], const int nt, __m256 half[TT][RT]) {
+    if (nt <= 2) return dense_rows(ty, rp, sp, cols, pfd, xp, nt, 4, half);
+    return dense_rows(ty, rp, sp, cols, pfd, xp, 2, 4, half) | dense_rows(ty, rp, sp, cols, pfd, xp + 2, nt - 2, 4, half + 2);
 }
 
 /* ================================================================ quant, fp4 */
@@ -264,7 +264,9 @@ INL int fp4_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0,
                 to_digits(ko[h], &p->dig[g][1][16 * q + 8 * h], &p->dig[g][3][16 * q + 8 * h],
                           &p->dig[g][5][16 * q + 8 * h]);
             }
-            cq[q] = 12 * hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(ke[0], ke[1]), _mm256_add_epi32(ko[0], ko[1])));
+            /* wraps (unsigned) only for inputs out of range, which then set bad and go elsewhere */
+            cq[q] = (int32_t)(12u * (uint32_t)hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(ke[0], ke[1]),
+                                                                          _mm256_add_epi32(ko[0], ko[1]))));
             sq[q] = 2 * g + q < nblk ? xst[b] : 0.0f;
         }
         _mm256_store_si256((__m256i *)p->c[g],

@@ -23,9 +23,8 @@
  * Both: inputs outside the exact range (not k/512 with |k| <= 448 * 512) and NaN weight codes
  * hand the call to a kernel that takes them (in the end the scalar one), which gives the same
  * bits.
- * dense: f32 FMAs, 16 lanes per row and token, reduced once per row (the order of a row's sum
- * does not depend on the tile, so results do not depend on row splits); from 16 tokens on, tokens
- * in the lanes and each row's sum in column order (see "dense, many tokens"). */
+ * dense: the canonical order of kernels_scalar.c as it comes: one f32 FMA per column into the
+ * lane of its column mod 16, the lanes joined once per row and token (kernels_drivers.h). */
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <math.h>
@@ -77,17 +76,13 @@ INL __m512i treduce_epi32(__m512i a, __m512i b, __m512i c, __m512i d) {
     return _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
 }
 
-/* [sum of a's 16 lanes, b's, c's, d's] */
-INL __m128 treduce_ps(__m512 a, __m512 b, __m512 c, __m512 d) {
-    __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
-    __m256 b8 = _mm256_add_ps(_mm512_castps512_ps256(b), _mm512_extractf32x8_ps(b, 1));
-    __m256 c8 = _mm256_add_ps(_mm512_castps512_ps256(c), _mm512_extractf32x8_ps(c, 1));
-    __m256 d8 = _mm256_add_ps(_mm512_castps512_ps256(d), _mm512_extractf32x8_ps(d, 1));
-    __m256 ab = _mm256_add_ps(_mm256_unpacklo_ps(a8, b8), _mm256_unpackhi_ps(a8, b8));
-    __m256 cd = _mm256_add_ps(_mm256_unpacklo_ps(c8, d8), _mm256_unpackhi_ps(c8, d8));
-    __m256 s = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(ab), _mm256_castps_pd(cd))),
-                             _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(ab), _mm256_castps_pd(cd))));
-    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+/* The sum of v's 16 lanes, wrapping (the compiler's _mm512_reduce_add_epi32 is plain int
+ * arithmetic, undefined when it overflows) */
+INL int32_t hsum_epi32(__m512i v) {
+    __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1))));
 }
 
 /* e4m3 bytes -> f16 patterns of value * 2^-8: sign to bit 15, the other 7 bits to 13..7 */
@@ -98,10 +93,16 @@ INL __m256i e4m3_f16(__m128i v) {
 /* ================================================================ dense */
 
 /* One tile: rows rp[0..3] (pointers at the row start), tokens xp[0..nt-1]. Weights of type ty
- * (F32, BF16, E4M3 or FP4 with block scales from sp[i]). Returns a bit per row that holds a NaN
+ * (F32, BF16, E4M3 or FP4 with block scales from sp[i]) are decoded 16 columns at a time, so
+ * lane j of a row's accumulator holds the canonical partial sum of the columns j mod 16 (one FMA
+ * each, in column order). half[t][i] gets that accumulator's two halves added (lane j + lane
+ * j+8: the first step of sum16) for the driver's join. Returns a bit per row that holds a NaN
  * e4m3 code (the f16 decoding has no NaN; the caller hands such rows to the scalar kernel). */
 INL int dense_tile(const dtype ty, const uint8_t *const rp[RT], const uint8_t *const sp[RT], int64_t cols, int64_t pfd,
-                   const float *const xp[TT], const int nt, __m128 out[TT]) {
+                   const float *const xp[TT], const int nt, __m256 half[TT][RT]) {
+    const __m512 lut = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f,
+                                      -3.0f, -4.0f, -6.0f);
+    const int64_t esz2 = ty == DT_F32 ? 8 : ty == DT_BF16 ? 4 : ty == DT_E4M3 ? 2 : 1; /* twice the bytes per column */
     __m512 acc[RT][TT];
 #pragma GCC unroll 4
     for (int i = 0; i < RT; i++)
@@ -110,69 +111,46 @@ INL int dense_tile(const dtype ty, const uint8_t *const rp[RT], const uint8_t *c
     __m128i nan[RT];
 #pragma GCC unroll 4
     for (int i = 0; i < RT; i++) nan[i] = _mm_setzero_si128();
-    if (ty == DT_FP4) {
-        const __m512 lut = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f,
-                                          -2.0f, -3.0f, -4.0f, -6.0f);
-        const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-        const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-        const int64_t rb = (cols + 1) / 2;
-        for (int64_t c = 0; c < cols; c += 32) {
-            __m512 xe[TT], xo[TT];
-            __mmask16 mx0 = mask16(cols - c), mx1 = mask16(cols - c - 16), mw = mask16(rb - c / 2);
+    for (int64_t c = 0; c < cols; c += 16) {
+        const int tail = cols - c < 16;
+        __mmask16 m = mask16(cols - c);
+        __m512 xv[TT];
 #pragma GCC unroll 4
-            for (int t = 0; t < nt; t++) {
-                __m512 lo = _mm512_maskz_loadu_ps(mx0, xp[t] + c), hi = _mm512_maskz_loadu_ps(mx1, xp[t] + c + 16);
-                xe[t] = _mm512_permutex2var_ps(lo, ie, hi);
-                xo[t] = _mm512_permutex2var_ps(lo, io, hi);
+        for (int t = 0; t < nt; t++) xv[t] = tail ? _mm512_maskz_loadu_ps(m, xp[t] + c) : _mm512_loadu_ps(xp[t] + c);
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) {
+            __m512 wv;
+            _mm_prefetch((const char *)(rp[i] + c * esz2 / 2 + pfd), _MM_HINT_T0);
+            if (ty == DT_F32) {
+                const float *p = (const float *)rp[i] + c;
+                wv = tail ? _mm512_maskz_loadu_ps(m, p) : _mm512_loadu_ps(p);
+            } else if (ty == DT_BF16) {
+                const uint16_t *p = (const uint16_t *)rp[i] + c;
+                __m256i h = tail ? _mm256_maskz_loadu_epi16(m, p) : _mm256_loadu_si256((const __m256i *)p);
+                wv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+            } else if (ty == DT_E4M3) {
+                const uint8_t *p = rp[i] + c;
+                __m128i b = tail ? _mm_maskz_loadu_epi8(m, p) : _mm_loadu_si128((const __m128i *)p);
+                nan[i] = _mm_max_epu8(nan[i], _mm_or_si128(b, _mm_set1_epi8((char)0x80)));
+                wv = _mm512_mul_ps(_mm512_cvtph_ps(e4m3_f16(b)), _mm512_set1_ps(256.0f));
+                wv = _mm512_mul_ps(wv, _mm512_set1_ps(e8m0_to_f32(sp[i][c / 32])));
+            } else { /* 8 bytes, low nibble first: the 16 codes in column order, none past cols (with
+                      * a scale of 2^127 the odd row's spare nibble could be an infinity) */
+                __m128i b = _mm_maskz_loadu_epi8(mask16(imin(8, (cols + 1) / 2 - c / 2)), rp[i] + c / 2);
+                __m128i lo = _mm_and_si128(b, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
+                __m128i codes = _mm_maskz_mov_epi8(m, _mm_unpacklo_epi8(lo, hi));
+                wv = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(codes), lut);
+                wv = _mm512_mul_ps(wv, _mm512_set1_ps(e8m0_to_f32(sp[i][c / 32])));
             }
 #pragma GCC unroll 4
-            for (int i = 0; i < RT; i++) {
-                _mm_prefetch((const char *)(rp[i] + c / 2 + pfd), _MM_HINT_T0);
-                __m512i v = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mw, rp[i] + c / 2));
-                __m512 s = _mm512_set1_ps(e8m0_to_f32(sp[i][c / 32]));
-                __m512 we = _mm512_mul_ps(_mm512_permutexvar_ps(v, lut), s);
-                __m512 wo = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut), s);
-#pragma GCC unroll 4
-                for (int t = 0; t < nt; t++) {
-                    acc[i][t] = _mm512_fmadd_ps(we, xe[t], acc[i][t]);
-                    acc[i][t] = _mm512_fmadd_ps(wo, xo[t], acc[i][t]);
-                }
-            }
-        }
-    } else {
-        for (int64_t c = 0; c < cols; c += 16) {
-            const int tail = cols - c < 16;
-            __mmask16 m = mask16(cols - c);
-            __m512 xv[TT];
-#pragma GCC unroll 4
-            for (int t = 0; t < nt; t++)
-                xv[t] = tail ? _mm512_maskz_loadu_ps(m, xp[t] + c) : _mm512_loadu_ps(xp[t] + c);
-#pragma GCC unroll 4
-            for (int i = 0; i < RT; i++) {
-                __m512 wv;
-                _mm_prefetch((const char *)(rp[i] + c * (ty == DT_F32 ? 4 : ty == DT_BF16 ? 2 : 1) + pfd), _MM_HINT_T0);
-                if (ty == DT_F32) {
-                    const float *p = (const float *)rp[i] + c;
-                    wv = tail ? _mm512_maskz_loadu_ps(m, p) : _mm512_loadu_ps(p);
-                } else if (ty == DT_BF16) {
-                    const uint16_t *p = (const uint16_t *)rp[i] + c;
-                    __m256i h = tail ? _mm256_maskz_loadu_epi16(m, p) : _mm256_loadu_si256((const __m256i *)p);
-                    wv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-                } else {
-                    const uint8_t *p = rp[i] + c;
-                    __m128i b = tail ? _mm_maskz_loadu_epi8(m, p) : _mm_loadu_si128((const __m128i *)p);
-                    nan[i] = _mm_max_epu8(nan[i], _mm_or_si128(b, _mm_set1_epi8((char)0x80)));
-                    wv = _mm512_mul_ps(_mm512_cvtph_ps(e4m3_f16(b)), _mm512_set1_ps(256.0f));
-                    wv = _mm512_mul_ps(wv, _mm512_set1_ps(e8m0_to_f32(sp[i][c / 32])));
-                }
-#pragma GCC unroll 4
-                for (int t = 0; t < nt; t++) acc[i][t] = _mm512_fmadd_ps(wv, xv[t], acc[i][t]);
-            }
+            for (int t = 0; t < nt; t++) acc[i][t] = _mm512_fmadd_ps(wv, xv[t], acc[i][t]);
         }
     }
 #pragma GCC unroll 4
-    for (int t = 0; t < TT; t++)
-        out[t] = t < nt ? treduce_ps(acc[0][t], acc[1][t], acc[2][t], acc[3][t]) : _mm_setzero_ps();
+    for (int t = 0; t < nt; t++)
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++)
+            half[t][i] = _mm256_add_ps(_mm512_castps512_ps256(acc[i][t]), _mm512_extractf32x8_ps(acc[i][t], 1));
     int rows_nan = 0;
     if (ty == DT_E4M3)
 #pragma GCC unroll 4
@@ -276,7 +254,8 @@ INL int fp4_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0,
             __m512i re = to_digits(ke, &p->dig[g][0][16 * q], &p->dig[g][2][16 * q], &p->dig[g][4][16 * q]);
             __m512i ro = to_digits(ko, &p->dig[g][1][16 * q], &p->dig[g][3][16 * q], &p->dig[g][5][16 * q]);
             any_r |= _mm512_test_epi32_mask(_mm512_or_si512(re, ro), _mm512_or_si512(re, ro));
-            cq[q] = 12 * _mm512_reduce_add_epi32(_mm512_add_epi32(ke, ko));
+            /* wraps (unsigned) only for inputs out of range, which then fail ok and go elsewhere */
+            cq[q] = (int32_t)(12u * (uint32_t)hsum_epi32(_mm512_add_epi32(ke, ko)));
             sq[q] = 4 * g + q < nblk ? xst[b] : 0.0f;
             small |= fabsf(sq[q]) < 0x1p-116f && sq[q] != 0.0f;
         }
@@ -1114,130 +1093,6 @@ TGT static int w4_quant(const weight *w, int64_t r0, int64_t r1, const float *x,
     return 1;
 }
 
-/* ================================================================ dense, many tokens
- *
- * From 16 tokens on, the dense kernel also puts tokens in the lanes: each weight, decoded once
- * per row chunk into f32, is broadcast against 16 tokens' inputs, so a row's sum for each token
- * runs over the columns in order, one FMA per 16 multiply-adds and no horizontal sums. (The
- * order differs from the few-token tiles, which is within the dense contract: a fast kernel's
- * order is its own, the same whatever the row split.) Inputs of WD_COLS columns for 32 tokens
- * are laid out [column][token] (32 KB, in L1); 8 rows at a time pass over them, their running
- * sums kept in acc [row][token] between chunks. Each thread lays out all the tokens' inputs for
- * its rows, so a matrix of few rows (mHC's 24-row mix projection) gets little work per input
- * laid out and stays with the tiles. */
-
-enum {
-    WD_MIN_T = 16,    /* tokens from which dense takes this path */
-    WD_MIN_ROWS = 32, /* and rows of the matrix (not of the thread's share: the choice must not
-                         depend on the split) */
-    WD_COLS = 256,    /* columns per chunk */
-    WD_ROWS = 512,    /* rows per row block */
-    WD_TOKENS = 32,   /* tokens per pass: 2 vectors of 16 */
-    WD_RT = 8,        /* rows per tile */
-};
-
-/* X [WD_COLS][WD_TOKENS] = nc columns of nt tokens (x at the first token's first column) */
-INL void wd_prepare(const float *x, int64_t xstride, int nt, int64_t nc, float *X) {
-    const __m512i off = token_offsets(xstride);
-    for (int g = 0; g < WD_TOKENS / 16; g++) {
-        const __mmask16 m = token_mask(nt, g);
-        for (int64_t j = 0; j < WD_COLS; j++)
-            _mm512_store_ps(X + j * WD_TOKENS + 16 * g,
-                            j < nc ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, off, x + 16 * g * xstride + j, 4)
-                                   : _mm512_setzero_ps());
-    }
-}
-
-/* Row r's columns [c0, c0+nc) as f32 into out [WD_COLS] (zero past nc); returns 0 when one is
- * an e4m3 NaN code (the f16 decoding has no NaN) */
-INL int wd_decode(const weight *w, int64_t r, int64_t c0, int64_t nc, float *out) {
-    const int64_t cols = w->cols, nb = (cols + 31) / 32;
-    int nan = 0;
-    for (int64_t c = 0; c < WD_COLS; c += 16) {
-        const __mmask16 m = mask16(nc - c);
-        __m512 v;
-        if (c >= nc) {
-            v = _mm512_setzero_ps();
-        } else if (w->type == DT_F32) {
-            v = _mm512_maskz_loadu_ps(m, (const float *)w->data + r * cols + c0 + c);
-        } else if (w->type == DT_BF16) {
-            __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)w->data + r * cols + c0 + c);
-            v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-        } else {
-            __m128i b = _mm_maskz_loadu_epi8(m, (const uint8_t *)w->data + r * cols + c0 + c);
-            nan |= _mm_cmpeq_epi8_mask(_mm_or_si128(b, _mm_set1_epi8((char)0x80)), _mm_set1_epi8((char)0xFF)) != 0;
-            v = _mm512_mul_ps(_mm512_cvtph_ps(e4m3_f16(b)), _mm512_set1_ps(256.0f));
-            v = _mm512_mul_ps(v, _mm512_set1_ps(e8m0_to_f32(w->scale[(r / w->scale_rows) * nb + (c0 + c) / 32])));
-        }
-        _mm512_store_ps(out + c, v);
-    }
-    return !nan;
-}
-
-/* One tile: WD_RT rows of decoded weights wf, G (1 or 2) vectors of 16 tokens; acc rows hold
- * the running sums */
-INL void wd_tile(const float wf[WD_RT][WD_COLS], const float *X, int64_t nc, const int G, float *acc[WD_RT]) {
-    __m512 a[WD_RT][2];
-#pragma GCC unroll 8
-    for (int i = 0; i < WD_RT; i++)
-#pragma GCC unroll 2
-        for (int g = 0; g < G; g++) a[i][g] = _mm512_load_ps(acc[i] + 16 * g);
-    for (int64_t c = 0; c < nc; c++) {
-        __m512 xv[2];
-#pragma GCC unroll 2
-        for (int g = 0; g < G; g++) xv[g] = _mm512_load_ps(X + c * WD_TOKENS + 16 * g);
-#pragma GCC unroll 8
-        for (int i = 0; i < WD_RT; i++) {
-            const __m512 wv = _mm512_set1_ps(wf[i][c]);
-#pragma GCC unroll 2
-            for (int g = 0; g < G; g++) a[i][g] = _mm512_fmadd_ps(wv, xv[g], a[i][g]);
-        }
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < WD_RT; i++)
-#pragma GCC unroll 2
-        for (int g = 0; g < G; g++) _mm512_store_ps(acc[i] + 16 * g, a[i][g]);
-}
-
-/* dense for T >= WD_MIN_T and f32, bf16 or e4m3 weights (a row holding an e4m3 NaN code goes
- * to the scalar kernel, as in the tiles); returns 0 for any other weight, for the tiles */
-TGT static int wd_dense(const weight *w, int64_t r0, int64_t r1, const float *x, int64_t T, int64_t xstride, float *y,
-                        int64_t ystride) {
-    if (!(w->type == DT_F32 || w->type == DT_BF16 || (w->type == DT_E4M3 && w->scale))) return 0;
-    const int64_t cols = w->cols;
-    _Alignas(64) float X[WD_COLS * WD_TOKENS];
-    _Alignas(64) float acc[WD_ROWS][WD_TOKENS];
-    _Alignas(64) float wf[WD_RT][WD_COLS];
-    for (int64_t t0 = 0; t0 < T; t0 += WD_TOKENS) {
-        const int nt = (int)imin(WD_TOKENS, T - t0), G = (nt + 15) / 16;
-        for (int64_t rb = r0; rb < r1; rb += WD_ROWS) {
-            const int64_t rb1 = imin(r1, rb + WD_ROWS);
-            uint8_t nan[WD_ROWS] = {0};
-            memset(acc, 0, (size_t)((rb1 - rb + 3) / 4 * 4) * sizeof acc[0]); /* store_transposed reads 4 rows at a time */
-            for (int64_t c0 = 0; c0 < cols; c0 += WD_COLS) {
-                const int64_t nc = imin(WD_COLS, cols - c0);
-                wd_prepare(x + t0 * xstride + c0, xstride, nt, nc, X);
-                for (int64_t r = rb; r < rb1; r += WD_RT) {
-                    float *ap[WD_RT], spare[WD_TOKENS] __attribute__((aligned(64)));
-                    for (int i = 0; i < WD_RT; i++) {
-                        const int64_t ri = r + i < rb1 ? r + i : rb1 - 1;
-                        nan[ri - rb] |= !wd_decode(w, ri, c0, nc, wf[i]);
-                        ap[i] = r + i < rb1 ? acc[ri - rb] : spare;
-                    }
-                    if (G == 1) wd_tile(wf, X, nc, 1, ap);
-                    else wd_tile(wf, X, nc, 2, ap);
-                }
-            }
-            store_transposed(&acc[0][0], rb1 - rb, WD_TOKENS, nt, y + t0 * ystride + (rb - r0), ystride);
-            for (int64_t r = rb; r < rb1; r++) /* a row with a NaN code: the reference's element-wise path */
-                if (nan[r - rb])
-                    kernels_scalar.dense(w, r, r + 1, x + t0 * xstride, NULL, nt, xstride, y + t0 * ystride + (r - r0),
-                                         ystride);
-        }
-    }
-    return 1;
-}
-
 /* ================================================================ act_quant
  *
  * Rounding to the e4m3 grid is one add and one subtract: for |v| in [2^e, 2^(e+1)) the grid
@@ -1283,20 +1138,11 @@ TGT static void avx512_act_quant(const float *x, int64_t n, float *q, float *s) 
 
 INL int fp8_usable(void) { return 1; } /* integers and exact f64: no denormal on the way */
 
-#define DENSE_NAME avx512_dense_tiles
+#define DENSE_NAME avx512_dense
 #define QUANT_NAME avx512_quant_tiles
 #define QUANT_FP8_CHUNK FP8V_CHUNK
 #define FP4_GROUP 64
 #include "kernels_drivers.h"
-
-/* many tokens of a matrix with enough rows: lanes hold tokens; otherwise (or when it declines)
- * the tiles */
-TGT static void avx512_dense(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
-                             int64_t xstride, float *y, int64_t ystride) {
-    if (T >= WD_MIN_T && w->rows >= WD_MIN_ROWS && w->cols > 0 && wd_dense(w, r0, r1, x, T, xstride, y, ystride))
-        return;
-    avx512_dense_tiles(w, r0, r1, x, xs, T, xstride, y, ystride);
-}
 
 /* many tokens: the paths with tokens in the lanes; otherwise (or when they decline) the tiles */
 TGT static void avx512_quant(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,

@@ -10,12 +10,26 @@
  *
  * dense: token tiles inside cache-sized row blocks (row_block), so each weight byte comes from
  * memory once; a row holding a NaN e4m3 code goes to the scalar kernel (the f16 decoding has
- * no NaN).
+ * no NaN). The tiles leave each row's 16 canonical partial sums halved to 8 lanes (lane j +
+ * lane j+8), and join_rows finishes sum16 for 4 rows at once.
  * quant: the inputs are prepared once per chunk of blocks and token tile, and every row of
  * [r0, r1) passes over them: the quant tiles do enough work per weight byte that re-reading the
  * rows for each token tile costs less than preparing the inputs again per row block. Inputs
  * outside the exact range and NaN weight codes hand the whole call to the scalar kernel, which
  * gives the same bits. */
+
+/* [sum of a, b, c, d], each the 8 lanes q_j = p_j + p_(j+8) of 16 partial sums, joined as sum16
+ * goes on: q_j + q_(j+4), then j + j+2, then j + j+1 */
+INL __m128 join_rows(const __m256 q[RT]) {
+    __m256 ab = _mm256_add_ps(_mm256_permute2f128_ps(q[0], q[1], 0x20), _mm256_permute2f128_ps(q[0], q[1], 0x31));
+    __m256 cd = _mm256_add_ps(_mm256_permute2f128_ps(q[2], q[3], 0x20), _mm256_permute2f128_ps(q[2], q[3], 0x31));
+    /* [a0 a1 c0 c1 | b0 b1 d0 d1] + [a2 a3 c2 c3 | b2 b3 d2 d3] */
+    __m256 s = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(ab), _mm256_castps_pd(cd))),
+                             _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(ab), _mm256_castps_pd(cd))));
+    /* [a c a c | b d b d] */
+    __m256 u = _mm256_add_ps(_mm256_shuffle_ps(s, s, _MM_SHUFFLE(2, 0, 2, 0)), _mm256_shuffle_ps(s, s, _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm_unpacklo_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
+}
 
 TGT static void DENSE_NAME(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
                            int64_t xstride, float *y, int64_t ystride) {
@@ -45,14 +59,14 @@ TGT static void DENSE_NAME(const weight *w, int64_t r0, int64_t r1, const float 
                     rp[i] = (const uint8_t *)w->data + ri[i] * rowbytes;
                     sp[i] = w->scale ? w->scale + (ri[i] / w->scale_rows) * nb : NULL;
                 }
-                __m128 out[TT];
+                __m256 half[TT][RT];
                 int nan = 0;
 #define DENSE_CASE(TY)                                                             \
     switch (nt) {                                                                  \
-    case 1: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 1, out); break;  \
-    case 2: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 2, out); break;  \
-    case 3: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 3, out); break;  \
-    default: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 4, out); break; \
+    case 1: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 1, half); break;  \
+    case 2: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 2, half); break;  \
+    case 3: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 3, half); break;  \
+    default: nan = dense_tile(TY, rp, sp, cols, RT * rowbytes, xp, 4, half); break; \
     }
                 switch (ty) {
                 case DT_F32: DENSE_CASE(DT_F32); break;
@@ -61,7 +75,7 @@ TGT static void DENSE_NAME(const weight *w, int64_t r0, int64_t r1, const float 
                 default: DENSE_CASE(DT_FP4); break;
                 }
 #undef DENSE_CASE
-                for (int t = 0; t < nt; t++) store_rows(y + (t0 + t) * ystride + (r - r0), nr, out[t]);
+                for (int t = 0; t < nt; t++) store_rows(y + (t0 + t) * ystride + (r - r0), nr, join_rows(half[t]));
                 for (int i = 0; i < nr; i++) /* a row with a NaN code: the reference's element-wise path */
                     if (nan >> i & 1)
                         kernels_scalar.dense(w, r + i, r + i + 1, x + t0 * xstride, xs, nt, xstride,

@@ -8,7 +8,7 @@
  * times 2^-120), inputs are prepared as 2^112 x, and every product is split exactly into
  * t = fma(f, x, M) (summed as integer bit patterns) and the remainder (summed in f32), so the
  * block sum is exact until the one rounding that joins the two (with FPCR.FZ set, fp8 goes to the
- * scalar kernel). dense: f32 FMAs with four accumulators.
+ * scalar kernel). dense: f32 FMAs into 16 lanes, the canonical order of kernels_scalar.c.
  * Inputs outside the exact range and NaN weight codes go to the scalar kernel. */
 #if defined(__aarch64__)
 #include <arm_neon.h>
@@ -35,7 +35,7 @@ static inline uint8x16_t load16(const uint8_t *p, int64_t n) {
 static inline float32x4_t loadf4(const float *p, int64_t n) {
     if (n >= 4) return vld1q_f32(p);
     float buf[4] = {0};
-    for (int64_t i = 0; i < n; i++) buf[i] = p[i];
+    if (n > 0) memcpy(buf, p, (size_t)n * sizeof *buf); /* a weight may sit at any byte offset (numerics.h) */
     return vld1q_f32(buf);
 }
 
@@ -66,7 +66,8 @@ static inline void e2m1x2_16(uint8x16_t c, float32x4_t out[4]) {
     out[3] = vcvtq_f32_s32(vmovl_high_s16(hi));
 }
 
-/* one row, one token; returns 0 if the row holds a NaN e4m3 code */
+/* one row, one token, in the canonical order of kernels_scalar.c (16 columns per step, column
+ * c + 4k + j to lane j of acc[k] by one FMA); returns 0 if the row holds a NaN e4m3 code */
 static int dense_row(const weight *w, int64_t r, const float *xt, float *out) {
     const int64_t cols = w->cols, nb = (cols + 31) / 32;
     const uint8_t *sp = w->scale ? w->scale + (r / w->scale_rows) * nb : NULL;
@@ -103,7 +104,12 @@ static int dense_row(const weight *w, int64_t r, const float *xt, float *out) {
             const int64_t rb = (cols + 1) / 2;
             uint8x16_t b = load16((const uint8_t *)w->data + r * rb + c / 2, imin(8, rb - c / 2));
             uint8x8_t lo = vand_u8(vget_low_u8(b), vdup_n_u8(15)), hi = vshr_n_u8(vget_low_u8(b), 4);
-            e2m1x2_16(vcombine_u8(vzip1_u8(lo, hi), vzip2_u8(lo, hi)), wv);
+            uint8x16_t codes = vcombine_u8(vzip1_u8(lo, hi), vzip2_u8(lo, hi));
+            if (cols - c < 16) { /* none past cols: with a scale of 2^127 the spare nibble could be an infinity */
+                static const uint8_t IOTA[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+                codes = vandq_u8(codes, vcltq_u8(vld1q_u8(IOTA), vdupq_n_u8((uint8_t)(cols - c))));
+            }
+            e2m1x2_16(codes, wv);
             const float32x4_t s = vdupq_n_f32(0.5f * e8m0_to_f32(sp[c / 32]));
             for (int k = 0; k < 4; k++) wv[k] = vmulq_f32(wv[k], s);
             break;
@@ -111,7 +117,9 @@ static int dense_row(const weight *w, int64_t r, const float *xt, float *out) {
         }
         for (int k = 0; k < 4; k++) acc[k] = vfmaq_f32(acc[k], wv[k], xv[k]);
     }
-    *out = vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3])));
+    /* lane j of acc[k] holds partial 4k+j: sum16's steps 8 and 4, then 2 and 1 */
+    float32x4_t q = vaddq_f32(vaddq_f32(acc[0], acc[2]), vaddq_f32(acc[1], acc[3]));
+    *out = vpadds_f32(vadd_f32(vget_low_f32(q), vget_high_f32(q)));
     return vmaxvq_u8(nan) == 0;
 }
 

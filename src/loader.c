@@ -77,15 +77,18 @@ static int build_engram(builder *b, layer_weights *L, int ei) {
     int64_t hd = c->engram_head_dim, hcd = (int64_t)c->hc_mult * c->dim;
     weight q, k;
     if (mat(b, &L->eg_table, c->engram_rows[ei], hd, "engram.embed.weight") ||
-        mat(b, &L->eg_wkv, (int64_t)c->dim * (c->hc_mult + 1), engram_cols(c) * hd, "engram.wkv.weight") ||
-        mat(b, &q, c->hc_mult, c->dim, "engram.q_weight") || mat(b, &k, c->hc_mult, c->dim, "engram.k_weight"))
+        mat(b, &L->eg_wkv, (int64_t)c->dim * (c->hc_mult + 1), engram_cols(c) * hd, "engram.wkv.weight"))
         return -1;
     if (L->eg_table.type != DT_E4M3 || !L->eg_table.scale)
         return set_error("%sengram.embed.weight: the table must be e4m3 with e8m0 scales", b->prefix);
-    /* the reference only ever uses q_weight * k_weight as a product */
+    /* the reference only ever uses q_weight * k_weight as a product; each factor is read before
+     * the next load, the only lifetime a source promises (convert streams its sources) */
     L->eg_qk = model_alloc(b->m, (size_t)hcd * sizeof *L->eg_qk);
     if (!L->eg_qk) return set_error("out of memory");
-    for (int64_t i = 0; i < hcd; i++) L->eg_qk[i] = weight_get(&q, i / c->dim, i % c->dim) * weight_get(&k, i / c->dim, i % c->dim);
+    if (mat(b, &q, c->hc_mult, c->dim, "engram.q_weight")) return -1;
+    for (int64_t i = 0; i < hcd; i++) L->eg_qk[i] = weight_get(&q, i / c->dim, i % c->dim);
+    if (mat(b, &k, c->hc_mult, c->dim, "engram.k_weight")) return -1;
+    for (int64_t i = 0; i < hcd; i++) L->eg_qk[i] *= weight_get(&k, i / c->dim, i % c->dim);
     return 0;
 }
 

@@ -6,7 +6,8 @@
 
 /* Something that can produce named tensors: load() fills w with the tensor `name` of the given
  * shape (ndim 1 or 2), in its storage format, with its e8m0 block scales attached when it has
- * them, or returns -1 with a message naming the tensor. */
+ * them, or returns -1 with a message naming the tensor. model_build reads a tensor's values
+ * only before its next load call, so a source may reuse the memory then. */
 typedef struct weight_source {
     int (*load)(struct weight_source *src, dsv41_model *m, const char *name, int32_t ndim, const int64_t *shape,
                 weight *w);

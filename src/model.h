@@ -7,6 +7,7 @@
 #ifndef DSV41_MODEL_H
 #define DSV41_MODEL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -67,11 +68,11 @@ struct dsv41_json;
 /* Fill c from a golden-fixture-shaped object (the golden's "fixture", models/tiny.json). */
 int config_from_fixture(config *c, const struct dsv41_json *fx);
 /* Fill c from a checkpoint's config.json (served form with text_config, or the flat
- * inference/config.json form), computing the Engram primes, offsets and multipliers as the
- * release does; token_map [vocab_size] is the compressed token map (copied). */
-int config_from_checkpoint(config *c, const struct dsv41_json *root, const int64_t *token_map);
-/* The geometry alone, without the Engram hash tables and token map (for writing the layout). */
-int config_geometry(config *c, const struct dsv41_json *root);
+ * inference/config.json form); the Engram tables come after, from the token map. */
+int config_from_checkpoint(config *c, const struct dsv41_json *root);
+/* The Engram primes, offsets and multipliers as the release computes them, and the compressed
+ * token map [vocab_size] (copied, entries in [0, engram_compressed_vocab)); frees c on failure. */
+int config_set_token_map(config *c, const int64_t *token_map);
 void config_free(config *c);
 
 /* ---- weights: a matrix in its storage format, never widened in memory */
@@ -222,6 +223,7 @@ struct dsv41_session {
     int32_t dist_id;                        /* the leader's handle when the model is split */
     void (*progress)(void *ctx, int32_t done, int32_t total); /* per layer, or NULL */
     void *progress_ctx;
+    atomic_int cancel;                      /* a dsv41_session_cancel request not yet served */
 };
 
 /* The Engram compressed token map of a tokenizer: map [vocab]; returns the number of distinct

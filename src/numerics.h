@@ -20,12 +20,35 @@ static inline f4 load4(const float *p) {
     return v;
 }
 
+/* Element i of an f32 or a bf16 tensor from a shard. Such tensors may sit at any byte offset
+ * (an fp8 checkpoint packs them after byte-sized ones), so they are read with memcpy, never
+ * through a typed pointer that would claim their alignment. */
+static inline float f32_at(const void *p, int64_t i) {
+    float v;
+    memcpy(&v, (const char *)p + i * (int64_t)sizeof v, sizeof v);
+    return v;
+}
+static inline uint16_t u16_at(const void *p, int64_t i) {
+    uint16_t v;
+    memcpy(&v, (const char *)p + i * (int64_t)sizeof v, sizeof v);
+    return v;
+}
+
 /* 16 floats, the same way: four SSE2 / NEON registers, or one AVX-512 register in a function
  * compiled for it (such a function has a baseline twin, chosen at run time). LOAD16 reads one
  * from any float address. */
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
 #define LOAD16(p) (*(const v16u *)(const void *)(p))
+
+/* The one way 16 partial sums join (README, Numerics): halves added lane by lane, lane j + lane
+ * j+8, then j + j+4, j + j+2, j + j+1; p [16] is overwritten, the sum returned. Every dense dot
+ * product of every kernel set and the f32 reductions that run over 16 lanes end with it. */
+static inline float sum16(float p[16]) {
+    for (int w = 8; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) p[j] += p[j + w];
+    return p[0];
+}
 
 /* ---- bf16: round to nearest even on the f32 bit pattern, NaN passes through (torch's cast) */
 static inline uint32_t f32_bits(float x) { union { float f; uint32_t u; } v = {x}; return v.u; }

@@ -1,5 +1,11 @@
-/* pool.c - the worker threads (see pool.h). One job runs at a time; workers sleep on a
- * condition variable between jobs, and the caller works on the job too. */
+/* pool.c - the worker threads (see pool.h).
+ *
+ * One job runs on the workers at a time, owned by the caller that posted it; a caller that
+ * finds them busy (another application thread's job, or a job posted from inside a job) runs
+ * its loop alone, which gives the same values. The job is cut into ranges that threads take
+ * one at a time, and the caller takes ranges like any worker: it never waits for a worker
+ * that has not started (one a busy host has descheduled, or one still waking up), only for
+ * ranges already taken, so a late worker costs a job at most its share, never a stall. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
@@ -10,39 +16,66 @@
 
 #define MAX_THREADS 256
 
-static struct {
-    pthread_mutex_t mu;
-    pthread_cond_t work, done;
-    pthread_t tid[MAX_THREADS];
-    int32_t n;             /* threads taking part, the caller included; 0 until first use */
-    int32_t created;       /* worker threads started so far (they are kept when n shrinks) */
-    uint64_t generation;   /* bumped per job */
-    int32_t pending;       /* workers still running this job */
-    int32_t sleepers;      /* workers blocked on `work` */
-    pool_fn fn;
-    void *ctx;
-    int64_t items, per;    /* the job: [0, items) in ranges of `per` */
-    int64_t next;          /* the next range to hand out */
-} P = {.mu = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
+/* The ticket is the job's number, the next range to take and the job's range count in one
+ * word, so that taking a range is one compare-and-swap that fails when the job it was read
+ * from is over; a worker that reads a job and then sleeps through it takes nothing from the
+ * next one. 40 bits of job number outlast any process (a wrap needs 2^40 jobs between a
+ * worker's read and its swap). */
+#define RANGE_BITS 12 /* ranges <= 4 * MAX_THREADS = 1024 < 2^12 */
+#define RANGE_MASK ((1u << RANGE_BITS) - 1)
+#define TICKET(job, next, ranges) ((job) << (2 * RANGE_BITS) | (uint64_t)(next) << RANGE_BITS | (uint64_t)(ranges))
+#define TICKET_JOB(t) ((t) >> (2 * RANGE_BITS))
+#define TICKET_NEXT(t) ((uint32_t)((t) >> RANGE_BITS) & RANGE_MASK)
+#define TICKET_RANGES(t) ((uint32_t)(t) & RANGE_MASK)
 
-/* Takes ranges until none is left: a thread that a neighbour on the host slows down, or that
- * wakes late, takes fewer, so nobody waits long for it. Which thread runs a range never
- * changes what the range computes. */
-static void run_ranges(void) {
+static struct {
+    pthread_mutex_t owner;      /* held by the caller whose job the workers run */
+    pthread_mutex_t mu;         /* guards the sleeps below */
+    pthread_cond_t work, done;  /* workers wait for a job; the owner for its last taken range */
+    pthread_cond_t grow;        /* workers above the thread count wait for it to grow */
+    pthread_t tid[MAX_THREADS];
+    int32_t n;                  /* threads taking part, the caller included; 0 until first use */
+    int32_t created;            /* worker threads started so far (they are kept when n shrinks) */
+    uint64_t ticket;            /* job number << 24 | next range << 12 | ranges */
+    uint32_t finished;          /* ranges of the current job done */
+    int32_t sleepers;           /* workers blocked on `work` */
+    int32_t owner_sleeps;       /* the owner is blocked on `done` */
+    pool_fn fn;                 /* the job, written by its owner before the ticket and read only */
+    void *ctx;                  /* by a thread holding one of its ranges, so never while the */
+    int64_t items, per;         /* owner writes the next: [0, items) in ranges of `per` */
+} P = {.owner = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER,
+       .done = PTHREAD_COND_INITIALIZER, .grow = PTHREAD_COND_INITIALIZER};
+
+/* Takes ranges of the job that ticket t was read from until none is left or the job is over. */
+static void run_ranges(uint64_t t) {
+    const uint64_t job = TICKET_JOB(t);
     for (;;) {
-        int64_t b = __atomic_fetch_add(&P.next, 1, __ATOMIC_RELAXED) * P.per;
-        if (b >= P.items) return;
+        if (TICKET_JOB(t) != job || TICKET_NEXT(t) >= TICKET_RANGES(t)) return;
+        if (!__atomic_compare_exchange_n(&P.ticket, &t, t + (1u << RANGE_BITS), 1, __ATOMIC_ACQUIRE,
+                                         __ATOMIC_ACQUIRE))
+            continue; /* t now holds the ticket's value */
+        int64_t b = TICKET_NEXT(t) * P.per;
         P.fn(P.ctx, b, b + P.per < P.items ? b + P.per : P.items);
+        t += 1u << RANGE_BITS;
+        if (__atomic_add_fetch(&P.finished, 1, __ATOMIC_SEQ_CST) == TICKET_RANGES(t) &&
+            __atomic_load_n(&P.owner_sleeps, __ATOMIC_SEQ_CST)) {
+            pthread_mutex_lock(&P.mu);
+            pthread_cond_signal(&P.done);
+            pthread_mutex_unlock(&P.mu);
+        }
     }
 }
 
 /* A decode step calls the pool a few hundred times with microseconds of serial work between
- * calls, and a prefill has stretches of a few milliseconds on one thread (routing, the Engram
- * hashes); waking a blocked worker costs a few hundred microseconds on a virtual machine, which
- * the other thread spends waiting at the end of the next job. So both sides spin for a while,
- * measured in time (a pause takes 16 ns on one CPU and 140 cycles on another), before they
- * block. */
-#define SPIN_NS 5000000
+ * calls, so a thread that finishes a job spins (pause) for SPIN_NS before it blocks, and the next
+ * job finds it awake. It then blocks rather than spinning on: a prefill's stretches of a few
+ * milliseconds on one thread (routing, the Engram hashes) would make a long spin burn a core
+ * the caller or another process could use, and on a busy host every spinning thread takes a
+ * share of the CPUs from the threads doing work. A worker that wakes late (a few hundred
+ * microseconds on a virtual machine) costs little: the caller takes its ranges meanwhile.
+ * Yielding while polling was tried and was slower under load. Measured on the clock (a pause
+ * takes 16 ns on one CPU and 140 cycles on another). */
+#define SPIN_NS 50000
 
 static inline void relax(void) {
 #if defined(__x86_64__)
@@ -58,15 +91,15 @@ static int64_t mono_ns(void) {
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-static int generation_moved(uint64_t seen) { return __atomic_load_n(&P.generation, __ATOMIC_ACQUIRE) != seen; }
-static int workers_done(uint64_t unused) { return (void)unused, __atomic_load_n(&P.pending, __ATOMIC_ACQUIRE) <= 0; }
+static int job_posted(uint64_t seen) { return TICKET_JOB(__atomic_load_n(&P.ticket, __ATOMIC_ACQUIRE)) != seen; }
+static int job_finished(uint64_t ranges) { return __atomic_load_n(&P.finished, __ATOMIC_ACQUIRE) == ranges; }
 
 /* Spins until done(arg) or for SPIN_NS; returns done(arg). */
 static int spin_until(int (*done)(uint64_t), uint64_t arg) {
     int64_t until = 0;
     for (int i = 0; !done(arg); i++) {
         relax();
-        if ((i & 255) == 255) { /* the clock costs about a pause: read it now and then */
+        if ((i & 63) == 63) { /* the clock costs about a pause: read it now and then */
             int64_t t = mono_ns();
             if (!until) until = t + SPIN_NS;
             else if (t > until) return done(arg);
@@ -77,76 +110,88 @@ static int spin_until(int (*done)(uint64_t), uint64_t arg) {
 
 static void *worker(void *arg) {
     int32_t id = (int32_t)(intptr_t)arg;
-    uint64_t seen = 0;
+    uint64_t seen = 0; /* the last job number this worker looked at */
     for (;;) {
-        if (!spin_until(generation_moved, seen)) {
+        if (id >= __atomic_load_n(&P.n, __ATOMIC_RELAXED)) { /* parked: the pool shrank */
             pthread_mutex_lock(&P.mu);
-            P.sleepers++;
-            while (P.generation == seen) pthread_cond_wait(&P.work, &P.mu);
-            P.sleepers--;
+            while (id >= P.n) pthread_cond_wait(&P.grow, &P.mu);
             pthread_mutex_unlock(&P.mu);
         }
-        seen = __atomic_load_n(&P.generation, __ATOMIC_ACQUIRE);
-        if (id >= P.n) continue; /* parked: the pool was resized below this worker */
-        run_ranges();
-        if (__atomic_sub_fetch(&P.pending, 1, __ATOMIC_ACQ_REL) == 0) {
+        if (!spin_until(job_posted, seen)) {
             pthread_mutex_lock(&P.mu);
-            pthread_cond_signal(&P.done);
+            __atomic_add_fetch(&P.sleepers, 1, __ATOMIC_SEQ_CST);
+            while (!job_posted(seen)) pthread_cond_wait(&P.work, &P.mu);
+            __atomic_sub_fetch(&P.sleepers, 1, __ATOMIC_SEQ_CST);
             pthread_mutex_unlock(&P.mu);
         }
+        uint64_t t = __atomic_load_n(&P.ticket, __ATOMIC_ACQUIRE);
+        seen = TICKET_JOB(t);
+        run_ranges(t);
     }
     return NULL;
 }
 
-static int set_threads(int32_t n) {
-    if (n < 1 || n > MAX_THREADS) return set_error("threads must be in [1, %d], not %d", MAX_THREADS, n);
-    pthread_mutex_lock(&P.mu);
+/* with P.mu held */
+static void set_threads(int32_t n) {
     if (P.created == 0) P.created = 1; /* slot 0 is the caller */
     while (P.created < n && pthread_create(&P.tid[P.created], NULL, worker, (void *)(intptr_t)P.created) == 0)
         pthread_detach(P.tid[P.created++]);
-    P.n = P.created < n ? P.created : n;
-    pthread_mutex_unlock(&P.mu);
-    return 0;
+    __atomic_store_n(&P.n, P.created < n ? P.created : n, __ATOMIC_RELAXED);
+    pthread_cond_broadcast(&P.grow);
 }
 
 /* a count the program sets is every rank's; the default is each rank's own cores */
 int dsv41_set_threads(int32_t n) {
-    if (set_threads(n)) return -1;
+    if (n < 1 || n > MAX_THREADS) return set_error("threads must be in [1, %d], not %d", MAX_THREADS, n);
+    pthread_mutex_lock(&P.mu);
+    set_threads(n);
+    pthread_mutex_unlock(&P.mu);
     dist_threads(n);
     return 0;
 }
 
 int32_t pool_threads(void) {
-    if (P.n == 0) {
+    int32_t n = __atomic_load_n(&P.n, __ATOMIC_RELAXED);
+    if (n) return n;
+    pthread_mutex_lock(&P.mu);
+    if (P.n == 0) { /* the first use, unless another thread's came first */
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        set_threads(cores > 0 ? (int32_t)cores : 1);
+        set_threads(cores < 1 ? 1 : cores > MAX_THREADS ? MAX_THREADS : (int32_t)cores);
     }
-    return P.n;
+    n = P.n;
+    pthread_mutex_unlock(&P.mu);
+    return n;
 }
 
 void pool_run(int64_t n, int64_t min_per_thread, pool_fn fn, void *ctx) {
     int32_t t = pool_threads();
     if (min_per_thread < 1) min_per_thread = 1;
-    if (t == 1 || n < 2 * min_per_thread) {
+    if (t == 1 || n < 2 * min_per_thread || pthread_mutex_trylock(&P.owner)) {
         if (n > 0) fn(ctx, 0, n);
         return;
     }
-    pthread_mutex_lock(&P.mu);
     /* up to 4 ranges per thread, each at least min_per_thread items */
     int64_t ranges = n / min_per_thread < 4 * t ? n / min_per_thread : 4 * t;
     P.fn = fn;
     P.ctx = ctx;
     P.items = n;
     P.per = (n + ranges - 1) / ranges;
-    P.next = 0;
-    __atomic_store_n(&P.pending, t - 1, __ATOMIC_RELEASE);
-    __atomic_add_fetch(&P.generation, 1, __ATOMIC_ACQ_REL);
-    if (P.sleepers) pthread_cond_broadcast(&P.work);
-    pthread_mutex_unlock(&P.mu);
-    run_ranges();
-    if (!spin_until(workers_done, 0)) {
+    ranges = (n + P.per - 1) / P.per; /* rounding `per` up may leave fewer */
+    __atomic_store_n(&P.finished, 0, __ATOMIC_RELAXED);
+    uint64_t ticket = TICKET(TICKET_JOB(__atomic_load_n(&P.ticket, __ATOMIC_RELAXED)) + 1, 0, ranges);
+    __atomic_store_n(&P.ticket, ticket, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&P.sleepers, __ATOMIC_SEQ_CST)) {
         pthread_mutex_lock(&P.mu);
-        while (__atomic_load_n(&P.pending, __ATOMIC_ACQUIRE) > 0) pthread_cond_wait(&P.done, &P.mu);
+        pthread_cond_broadcast(&P.work);
         pthread_mutex_unlock(&P.mu);
     }
+    run_ranges(ticket);
+    if (!spin_until(job_finished, (uint64_t)ranges)) {
+        pthread_mutex_lock(&P.mu);
+        __atomic_store_n(&P.owner_sleeps, 1, __ATOMIC_SEQ_CST);
+        while (!job_finished((uint64_t)ranges)) pthread_cond_wait(&P.done, &P.mu);
+        __atomic_store_n(&P.owner_sleeps, 0, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&P.mu);
+    }
+    pthread_mutex_unlock(&P.owner);
 }

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "files.h"
 #include "safetensors.h"
 
 static int elem_size(const char *dt, dtype *out) {
@@ -71,6 +72,29 @@ static int add_tensor(st_source *s, const st_tensor *t) {
     return 0;
 }
 
+static int cmp_data(const void *a, const void *b) {
+    const st_tensor *x = *(const st_tensor *const *)a, *y = *(const st_tensor *const *)b;
+    return x->data < y->data ? -1 : x->data > y->data;
+}
+
+/* Two tensors of one shard must not share bytes: one would be the other's data reinterpreted. */
+static int check_overlap(st_source *s, const st_shard *sh) {
+    int32_t shard = (int32_t)(s->n_shards - 1);
+    size_t first = s->n, n = 0;
+    while (first > 0 && s->tensors[first - 1].shard == shard) first--;
+    const st_tensor **v = malloc((s->n - first + 1) * sizeof *v);
+    if (!v) return set_error("out of memory");
+    for (size_t i = first; i < s->n; i++)
+        if (s->tensors[i].nbytes) v[n++] = &s->tensors[i];
+    qsort(v, n, sizeof *v, cmp_data);
+    int rc = 0;
+    for (size_t i = 1; rc == 0 && i < n; i++)
+        if (v[i]->data < v[i - 1]->data + v[i - 1]->nbytes)
+            rc = set_error("%s: tensors '%s' and '%s' overlap in the data", sh->path, v[i - 1]->name, v[i]->name);
+    free(v);
+    return rc;
+}
+
 static int shard_is_open(const st_source *s, const char *file) {
     for (size_t i = 0; i < s->n_shards; i++)
         if (!strcmp(s->shards[i].file, file)) return 1;
@@ -86,8 +110,9 @@ static int open_shard(st_source *s, const char *file) {
     memset(sh, 0, sizeof *sh);
     snprintf(sh->file, sizeof sh->file, "%s", file);
     snprintf(sh->path, sizeof sh->path, "%s/%s", s->dir, file);
-    int fd = open(sh->path, O_RDONLY);
-    if (fd < 0) return set_error("%s: cannot open: %s", sh->path, strerror(errno));
+    char oerr[1400];
+    int fd = file_open_regular(sh->path, oerr, sizeof oerr);
+    if (fd < 0) return set_error("%s", oerr);
     struct stat stt;
     if (fstat(fd, &stt) || stt.st_size < 8) { close(fd); return set_error("%s: truncated shard (no header)", sh->path); }
     sh->len = (size_t)stt.st_size;
@@ -109,7 +134,10 @@ static int open_shard(st_source *s, const char *file) {
         const char *name = sh->header->keys[i];
         const json *e = &sh->header->items[i], *dt = json_get(e, "dtype"), *shp = json_get(e, "shape"),
                    *off = json_get(e, "data_offsets");
-        if (!strcmp(name, "__metadata__")) continue;
+        if (!strcmp(name, "__metadata__")) {
+            if (e->type != JSON_OBJ) return set_error("%s: __metadata__ must be an object", sh->path);
+            continue;
+        }
         st_tensor t = {.name = name, .shard = (int32_t)(s->n_shards - 1)};
         int esz = dt && dt->type == JSON_STR ? elem_size(dt->str, &t.type) : 0;
         if (!esz) return set_error("%s: tensor '%s' has an unsupported dtype", sh->path, name);
@@ -119,8 +147,10 @@ static int open_shard(st_source *s, const char *file) {
         t.ndim = (int32_t)shp->len;
         for (size_t d = 0; d < shp->len; d++) {
             const json *v = &shp->items[d];
-            if (v->type != JSON_NUM || !v->is_int || v->is_neg || v->bits > INT64_MAX || __builtin_mul_overflow(n, v->bits, &n))
-                return set_error("%s: tensor '%s' has a bad shape", sh->path, name);
+            /* no dimension or element count can pass the bytes the shard holds */
+            if (v->type != JSON_NUM || !v->is_int || v->is_neg || (v->bits && n > data_len / v->bits))
+                return set_error("%s: tensor '%s' has a bad shape (more elements than the shard holds?)", sh->path, name);
+            n *= v->bits;
             t.shape[d] = (int64_t)v->bits;
         }
         const json *b = &off->items[0], *en = &off->items[1];
@@ -131,7 +161,7 @@ static int open_shard(st_source *s, const char *file) {
         t.nbytes = (size_t)(en->bits - b->bits);
         if (add_tensor(s, &t)) return -1;
     }
-    return 0;
+    return check_overlap(s, sh);
 }
 
 static const char *dtype_name(dtype t) {
@@ -211,8 +241,11 @@ int st_open(st_source *s, const char *dir) {
         if (access(shard, F_OK) != 0) rc = set_error("%s: names shard %s for tensor '%s', but it is missing", path, f->str, map->keys[i]);
         else rc = open_shard(s, f->str);
     }
-    for (size_t i = 0; rc == 0 && i < map->len; i++)
-        if (!find(s, map->keys[i])) rc = set_error("%s: tensor '%s' is not in its shard %s", path, map->keys[i], map->items[i].str);
+    for (size_t i = 0; rc == 0 && i < map->len; i++) {
+        const st_tensor *t = find(s, map->keys[i]);
+        if (!t || strcmp(s->shards[t->shard].file, map->items[i].str))
+            rc = set_error("%s: tensor '%s' is not in its shard %s", path, map->keys[i], map->items[i].str);
+    }
     json_free(idx);
     return rc;
 }

@@ -103,17 +103,24 @@ static uint32_t utf8_decode(const unsigned char *p, int len) {
     return cp;
 }
 
-/* 0 when all n bytes are valid UTF-8; else -1 with an error naming the first bad offset. */
-static int check_utf8(const unsigned char *p, size_t n) {
+size_t utf8_invalid_at(const char *text, size_t n, const char **why) {
+    const unsigned char *p = (const unsigned char *)text;
     for (size_t i = 0; i < n;) {
         size_t bad;
         int l = utf8_char(p + i, n - i, &bad);
         if (l) { i += (size_t)l; continue; }
-        if (p[i] == 0xED && i + 1 < n && p[i + 1] >= 0xA0 && p[i + 1] <= 0xBF)
-            return set_error("tokenize: invalid UTF-8 at byte offset %zu (a UTF-16 surrogate written as UTF-8)", i);
-        return set_error("tokenize: invalid UTF-8 at byte offset %zu%s", i, bad ? "" : " (truncated character)");
+        if (p[i] == 0xED && i + 1 < n && p[i + 1] >= 0xA0 && p[i + 1] <= 0xBF) *why = " (a UTF-16 surrogate written as UTF-8)";
+        else *why = bad ? "" : " (truncated character)";
+        return i;
     }
-    return 0;
+    return n;
+}
+
+/* 0 when all n bytes are valid UTF-8; else -1 with an error naming the first bad offset. */
+static int check_utf8(const unsigned char *p, size_t n) {
+    const char *why;
+    size_t at = utf8_invalid_at((const char *)p, n, &why);
+    return at == n ? 0 : set_error("tokenize: invalid UTF-8 at byte offset %zu%s", at, why);
 }
 
 /* ---- hash table of 64-bit keys (open addressing, linear probing) */
@@ -178,7 +185,7 @@ static int store_text(dsv41_tokenizer *t, int32_t id, const void *p, size_t n) {
         t->text = nt;
         t->text_cap = cap;
     }
-    memcpy(t->text + t->text_len, p, n);
+    if (n) memcpy(t->text + t->text_len, p, n); /* an empty token has no bytes, and maybe no buffer yet */
     t->off[id] = t->text_len;
     t->len[id] = (uint32_t)n;
     t->text_len += n;
@@ -593,6 +600,7 @@ typedef struct {
     int32_t *ids;
     int64_t cap, n;
     pcre2_match_data *md;
+    pcre2_match_context *mctx;  /* the match limit, sized to the text */
     candidate *heap;            /* [3 * scratch], owning the block the next three live in */
     int32_t *sym, *prev, *next; /* [scratch] a piece's symbols: id (-1 once merged away), links */
     size_t heap_n, scratch;
@@ -687,7 +695,7 @@ static int split_piece(encoder *e, const char *s, size_t n, int32_t step) {
     const pcre2_code *re = e->t->split[step];
     size_t done = 0, at = 0;
     while (at < n) {
-        int rc = pcre2_match(re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, e->md, NULL);
+        int rc = pcre2_match(re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, e->md, e->mctx);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
             PCRE2_UCHAR msg[160];
@@ -729,9 +737,21 @@ int64_t dsv41_tokenize(const dsv41_tokenizer *t, const char *text, size_t len, i
     if (!t || (!text && len) || cap < 0 || (cap > 0 && !ids)) return set_error("tokenize: bad arguments");
     if (check_utf8((const unsigned char *)text, len)) return -1;
     encoder e = {.t = t, .ids = ids, .cap = cap};
-    if (!(e.md = pcre2_match_data_create(1, NULL))) return set_error("out of memory");
+    e.md = pcre2_match_data_create(1, NULL);
+    e.mctx = pcre2_match_context_create(NULL);
+    if (!e.md || !e.mctx) {
+        pcre2_match_data_free(e.md);
+        pcre2_match_context_free(e.mctx);
+        return set_error("out of memory");
+    }
+    /* A whitespace run is matched by backtracking over it (\s*[\r\n]+ before \s+(?!\S)), a few
+     * steps per byte: PCRE2's fixed default of 10 million steps refuses a valid run of a few MB,
+     * so the limit grows with the text and still stops a pattern that would never finish. */
+    uint64_t limit = 10000000 + 64 * (uint64_t)len;
+    pcre2_set_match_limit(e.mctx, limit > UINT32_MAX ? UINT32_MAX : (uint32_t)limit);
     int rc = special ? split_added(&e, text, len) : split_piece(&e, text, len, 0);
     pcre2_match_data_free(e.md);
+    pcre2_match_context_free(e.mctx);
     free(e.heap);
     return rc ? -1 : e.n;
 }

@@ -2,6 +2,7 @@
 #ifndef DSV41_TOKENIZER_H
 #define DSV41_TOKENIZER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dsv41.h"
@@ -12,5 +13,9 @@
 int tokenizer_is_special(const dsv41_tokenizer *t, int32_t id);
 /* Sets the begin / end of sentence ids (-1: none); returns -1 for an id outside. */
 int tokenizer_set_ends(dsv41_tokenizer *t, int32_t bos, int32_t eos);
+/* The offset of the first byte of text [n] that is not valid UTF-8 (an overlong form, a code
+ * point past U+10FFFF, a surrogate written as UTF-8, a cut character), with why naming the
+ * kind (" (...)" or ""); n when all of it is valid. */
+size_t utf8_invalid_at(const char *text, size_t n, const char **why);
 
 #endif

@@ -19,8 +19,8 @@ float weight_block_scale(const weight *w, int64_t r, int64_t b) {
 float weight_raw(const weight *w, int64_t r, int64_t c) {
     int64_t i = r * w->cols + c;
     switch (w->type) {
-    case DT_F32: return ((const float *)w->data)[i];
-    case DT_BF16: return bf16_to_f32(((const uint16_t *)w->data)[i]);
+    case DT_F32: return f32_at(w->data, i);
+    case DT_BF16: return bf16_to_f32(u16_at(w->data, i));
     case DT_E4M3: return e4m3_to_f32(((const uint8_t *)w->data)[i]);
     case DT_E8M0: return e8m0_to_f32(((const uint8_t *)w->data)[i]);
     case DT_FP4: {
@@ -41,8 +41,13 @@ static uint64_t macs;
 
 uint64_t linear_macs(void) { return __atomic_load_n(&macs, __ATOMIC_RELAXED); }
 
-const kernel_set *kernels_current(void) { return active ? active : (active = kernels_best()); }
-void kernels_use(const kernel_set *k) { active = k; }
+/* Application threads may make their first call at the same time: each picks the same set. */
+const kernel_set *kernels_current(void) {
+    const kernel_set *k = __atomic_load_n(&active, __ATOMIC_ACQUIRE);
+    if (!k) __atomic_store_n(&active, k = kernels_best(), __ATOMIC_RELEASE);
+    return k;
+}
+void kernels_use(const kernel_set *k) { __atomic_store_n(&active, k, __ATOMIC_RELEASE); }
 
 typedef struct {
     const weight *w;

@@ -7,19 +7,38 @@ golden=${DSV41_GOLDEN:-${DSV41_SHARED:-../shared}/golden/ds41_tiny_golden.json}
 
 if [ ! -f "$golden" ]; then bad "golden not found at $golden"; echo "$passed passed, $failed failed"; exit 1; fi
 
-out=$(./dsv41 check "$golden"); rc=$?
+out=$("$dsv41" check "$golden"); rc=$?
 last=$(printf '%s\n' "$out" | tail -n 1)
 [ $rc -eq 0 ] && [ "$last" = "443 passed, 0 failed" ] && ok || bad "check on the golden: rc=$rc, '$last'"
 
 # the fast kernels and the pool at 1 and several threads
 for t in 1 2 3; do
-    last=$(./dsv41 check "$golden" -t $t | tail -n 1)
+    last=$("$dsv41" check "$golden" -t $t | tail -n 1)
     [ "$last" = "443 passed, 0 failed" ] && ok || bad "check on the golden at -t $t: '$last'"
 done
 for t in 0 257 x; do
-    err=$(./dsv41 check "$golden" -t $t 2>&1 >/dev/null); rc=$?
+    err=$("$dsv41" check "$golden" -t $t 2>&1 >/dev/null); rc=$?
     [ $rc -eq 2 ] && [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] && ok || bad "check -t $t: rc=$rc, '$err'"
 done
+
+# every kernel set this CPU runs prints exactly the lines scalar prints; an unknown set or one
+# this CPU cannot run is a one-line error, from the flag or from DSV41_KERNELS
+sets=$($dsv41 kernels | tr -d '*')
+case " $sets " in *" scalar "*) ok ;; *) bad "dsv41 kernels lists scalar: '$sets'" ;; esac
+[ "$($dsv41 kernels | tr ' ' '\n' | grep -c '\*$')" -eq 1 ] && ok || bad "dsv41 kernels marks one default"
+same_on_sets() { # $1: what, $2: how many lines to compare, then the command; those lines of its
+    what=$1; n=$2; shift 2 # output under every set equal scalar's
+    want=$("$@" --kernels scalar | head -n "$n")
+    for k in $sets; do
+        [ "$("$@" --kernels "$k" | head -n "$n")" = "$want" ] && ok || bad "$what: kernel set $k prints other lines than scalar"
+    done
+}
+same_on_sets "check on the golden" 100000 $dsv41 check "$golden"
+same_on_sets "run" 1 $dsv41 run --ids 2,17,47,5,9,33,21,2,8,13,40,1,7,19,3,11,60,25 -n 8
+expect_error "check --kernels nonesuch" $dsv41 check "$golden" --kernels nonesuch
+[ "$(uname -m)" = x86_64 ] && expect_error "run --kernels neon on x86" $dsv41 run --ids 2 -n 1 --kernels neon
+DSV41_KERNELS=nonesuch expect_error "DSV41_KERNELS=nonesuch" $dsv41 run --ids 2 -n 1
+DSV41_KERNELS=scalar $dsv41 run --ids 2 -n 1 >/dev/null 2>&1 && ok || bad "DSV41_KERNELS=scalar runs"
 
 # goldens of another geometry, batch sizes and decode counts, written by the independent numpy
 # reference; each input set was chosen robust by its order-sensitivity check (--require-robust)
@@ -30,9 +49,10 @@ if "$PY" -c 'import numpy' 2>/dev/null; then
         set -- $spec
         "$PY" tests/ref/golden_gen.py -q --no-twin --out "$tmp/g.json" --geometry "$1" --batch "$2" --prefill "$3" \
             --decode "$4" --seed-ids "$5" >/dev/null 2>&1 || { bad "golden_gen $spec"; continue; }
-        out=$(./dsv41 check "$tmp/g.json"); rc=$?
+        out=$("$dsv41" check "$tmp/g.json"); rc=$?
         last=$(printf '%s\n' "$out" | tail -n 1)
         [ $rc -eq 0 ] && printf '%s\n' "$last" | grep -qE '^[1-9][0-9]* passed, 0 failed$' && ok || bad "check on golden $spec: '$last'"
+        same_on_sets "check on golden $spec" 100000 $dsv41 check "$tmp/g.json"
     done
 else
     bad "python3 with numpy is needed for the reference goldens"
@@ -56,73 +76,77 @@ json.dump(g, open(dst, "w"))
 PY
 }
 for case in no_dim meta_shape meta_extra cap_shape cap_data no_regime bad_ids ratio; do
-    mk $case $case && expect_error "golden $case" ./dsv41 check "$tmp/$case.json"
+    mk $case $case && expect_error "golden $case" "$dsv41" check "$tmp/$case.json"
 done
 head -c 100000 "$golden" >"$tmp/truncated.json"
-expect_error "truncated golden" ./dsv41 check "$tmp/truncated.json"
-expect_error "missing golden" ./dsv41 check "$tmp/nonexistent.json"
+expect_error "truncated golden" "$dsv41" check "$tmp/truncated.json"
+expect_error "missing golden" "$dsv41" check "$tmp/nonexistent.json"
 echo '{"fixture": {}}' >"$tmp/notgolden.json"
-expect_error "not a golden" ./dsv41 check "$tmp/notgolden.json"
+expect_error "not a golden" "$dsv41" check "$tmp/notgolden.json"
 
 mk sample sample
-out=$(./dsv41 check "$tmp/sample.json"); rc=$?
+out=$("$dsv41" check "$tmp/sample.json"); rc=$?
 [ $rc -eq 1 ] && printf '%s\n' "$out" | grep -q '^FAIL decode13 L5.sa_o: max error' &&
     [ "$(printf '%s\n' "$out" | tail -n 1)" = "442 passed, 1 failed" ] && ok || bad "a wrong golden sample is reported: rc=$rc"
 
 # run on the built-in model: the ids alone on stdout, the timing line on stderr
-out=$(./dsv41 run --ids 2,17,47 -n 16 2>"$tmp/err"); rc=$?
+out=$("$dsv41" run --ids 2,17,47 -n 16 2>"$tmp/err"); rc=$?
 ids=$(printf '%s\n' "$out" | tr ',' '\n' | grep -cE '^[0-9]+$')
 [ $rc -eq 0 ] && [ "$ids" -eq 16 ] && [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] &&
     grep -qE '^prompt: 3 tokens, [0-9.]+ tok/s \| generated: 16 tokens, [0-9.]+ tok/s$' "$tmp/err" &&
     ok || bad "run: rc=$rc, output '$out', stderr '$(cat "$tmp/err")'"
-again=$(./dsv41 run --ids 2,17,47 -n 16 2>/dev/null)
+again=$("$dsv41" run --ids 2,17,47 -n 16 2>/dev/null)
 [ "$again" = "$out" ] && ok || bad "run is deterministic"
 # greedy is the argmax: a temperature of 0 and the llama.cpp spellings give the same ids
-same=$(./dsv41 run --ids 2,17,47 --n-predict 16 --temperature 0 -s 5 --threads 2 2>/dev/null)
+same=$("$dsv41" run --ids 2,17,47 --n-predict 16 --temperature 0 -s 5 --threads 2 2>/dev/null)
 [ "$same" = "$out" ] && ok || bad "llama.cpp spellings: '$same'"
 # -n past the context stops at the context with a note
-out=$(./dsv41 run --ids 2,17,47 -n 100 2>"$tmp/err"); rc=$?
+out=$("$dsv41" run --ids 2,17,47 -n 100 2>"$tmp/err"); rc=$?
 [ $rc -eq 0 ] && [ "$(printf '%s\n' "$out" | tr ',' '\n' | grep -c .)" -eq 61 ] && grep -q '^note: stopping at the context of 64' "$tmp/err" &&
     ok || bad "run past the context: rc=$rc, $(cat "$tmp/err")"
-out=$(./dsv41 run --ids 2,17,47 -n 100 -c 10 2>/dev/null)
+out=$("$dsv41" run --ids 2,17,47 -n 100 -c 10 2>/dev/null)
 [ "$(printf '%s\n' "$out" | tr ',' '\n' | grep -c .)" -eq 7 ] && ok || bad "run -c 10: '$out'"
 # sampling flags work with --ids; a clock seed is printed
-a=$(./dsv41 run --ids 2,17,47 -n 16 --temp 1 --seed 9 --top-k 20 --repeat-penalty 1.3 2>/dev/null)
-b=$(./dsv41 run --ids 2,17,47 -n 16 --temp 1 --seed 9 --top-k 20 --repeat-penalty 1.3 2>/dev/null)
+a=$("$dsv41" run --ids 2,17,47 -n 16 --temp 1 --seed 9 --top-k 20 --repeat-penalty 1.3 2>/dev/null)
+b=$("$dsv41" run --ids 2,17,47 -n 16 --temp 1 --seed 9 --top-k 20 --repeat-penalty 1.3 2>/dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "sampled run --ids with a seed repeats"
-./dsv41 run --ids 2,17,47 -n 2 --temp 1 2>&1 >/dev/null | grep -qE '^seed: [0-9]+$' && ok || bad "the clock seed is printed"
+"$dsv41" run --ids 2,17,47 -n 2 --temp 1 2>&1 >/dev/null | grep -qE '^seed: [0-9]+$' && ok || bad "the clock seed is printed"
 # every subcommand's --help exits 0 on stdout and shows defaults where it has them
 for c in run chat check tokenize render convert synth inspect bench; do
-    ./dsv41 $c --help >"$tmp/help" 2>"$tmp/err"; rc=$?
+    "$dsv41" $c --help >"$tmp/help" 2>"$tmp/err"; rc=$?
     [ $rc -eq 0 ] && [ ! -s "$tmp/err" ] && grep -q "^usage: dsv41 $c" "$tmp/help" && ok || bad "$c --help: rc=$rc"
 done
 for c in run chat synth bench check; do grep -q "default:" <<EOF2 && ok || bad "$c --help shows no default"
-$(./dsv41 $c -h)
+$("$dsv41" $c -h)
 EOF2
 done
-./dsv41 --help | grep -q '^usage: dsv41' && ok || bad "dsv41 --help"
-./dsv41 --version | grep -qE '^dsv41 [0-9]+\.[0-9]+\.[0-9]+$' && ./dsv41 --version | grep -q '^kernel sets: scalar' && ok || bad "--version"
+"$dsv41" --help | grep -q '^usage: dsv41' && ok || bad "dsv41 --help"
+"$dsv41" --version | grep -qE '^dsv41 [0-9]+\.[0-9]+\.[0-9]+$' && "$dsv41" --version | grep -q '^kernel sets: scalar' && ok || bad "--version"
 # unknown flags and bad values: exit 2, one line
 for args in "run --bogus" "run --ids 1 -n -1" "run --ids 1 --temp nan" "run --ids 1 --top-p 2" "run --ids 1 -n 99999999999" \
             "run --ids 1 --seed -3" "chat -m x --bogus" "synth --config" "bench -m" "inspect" "check" "run --ids 1 -t 0"; do
-    ./dsv41 $args >/dev/null 2>"$tmp/err"; rc=$?
+    "$dsv41" $args >/dev/null 2>"$tmp/err"; rc=$?
     [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && ok || bad "dsv41 $args: rc=$rc, $(cat "$tmp/err")"
 done
-expect_error "run with a bad id list" ./dsv41 run --ids 2,x
-expect_error "run with an id outside the vocabulary" ./dsv41 run --ids 2,64 -n 1
-expect_error "run with an unknown flag" ./dsv41 run --bogus
-expect_error "unknown command" ./dsv41 frobnicate
+out=$("$dsv41" run --ids 2 -n 3 2>/dev/null); rc=$? # a one-token prefill has no compressed rows yet
+[ $rc -eq 0 ] && printf '%s\n' "$out" | grep -qE '^[0-9]+,[0-9]+,[0-9]+$' && ok || bad "run of one prompt token: rc=$rc, '$out'"
+python3 -c 'import json, sys; c = json.load(open("models/tiny.json")); c.update(n_heads=1 << 20, head_dim=4096); json.dump(c, sys.stdout)' >"$tmp/wide.json"
+expect_error "a config whose n_heads*head_dim overflows" "$dsv41" synth --config "$tmp/wide.json" -o "$tmp/wide"
+expect_error "run with a bad id list" "$dsv41" run --ids 2,x
+expect_error "run with an id outside the vocabulary" "$dsv41" run --ids 2,64 -n 1
+expect_error "run with an unknown flag" "$dsv41" run --bogus
+expect_error "unknown command" "$dsv41" frobnicate
 
 # checkpoints: convert, load back, and every way a checkpoint can be broken
-./dsv41 convert --golden "$golden" --dtype bf16 -o "$tmp/ck" && ok || bad "convert bf16"
-out=$(./dsv41 check "$golden" -m "$tmp/ck" | tail -n 1)
+"$dsv41" convert --golden "$golden" --dtype bf16 -o "$tmp/ck" && ok || bad "convert bf16"
+out=$("$dsv41" check "$golden" -m "$tmp/ck" | tail -n 1)
 [ "$out" = "443 passed, 0 failed" ] && ok || bad "check -m on the bf16 checkpoint: '$out'"
-./dsv41 inspect "$tmp/ck" >"$tmp/inspect" && grep -q 'one decoded token reads' "$tmp/inspect" &&
+"$dsv41" inspect "$tmp/ck" >"$tmp/inspect" && grep -q 'one decoded token reads' "$tmp/inspect" &&
     grep -q 'candidate source' "$tmp/inspect" && ok || bad "inspect"
-./dsv41 convert --golden "$golden" --dtype fp8 -o "$tmp/ck8" && ./dsv41 run -m "$tmp/ck8" --ids 2,17,47 -n 4 >/dev/null 2>&1 &&
+"$dsv41" convert --golden "$golden" --dtype fp8 -o "$tmp/ck8" && "$dsv41" run -m "$tmp/ck8" --ids 2,17,47 -n 4 >/dev/null 2>&1 &&
     ok || bad "an fp8 checkpoint converts and runs"
-expect_error "convert over an existing directory" ./dsv41 convert --golden "$golden" --dtype bf16 -o "$tmp/ck"
-expect_error "convert with a bad dtype" ./dsv41 convert --golden "$golden" --dtype fp16 -o "$tmp/ck16"
+expect_error "convert over an existing directory" "$dsv41" convert --golden "$golden" --dtype bf16 -o "$tmp/ck"
+expect_error "convert with a bad dtype" "$dsv41" convert --golden "$golden" --dtype fp16 -o "$tmp/ck16"
 [ ! -e "$tmp/ck16" ] && [ -z "$(ls "$tmp" | grep tmp-)" ] && ok || bad "a failed convert leaves nothing behind"
 
 # break a copy of the checkpoint in one way, then expect a one-line error naming file and tensor
@@ -199,21 +223,21 @@ PY
 }
 for case in truncated header_json offsets dtype shape overflow missing no_shard roles; do
     broken $case
-    expect_error "checkpoint: $case" ./dsv41 inspect "$tmp/b_$case"
+    expect_error "checkpoint: $case" "$dsv41" inspect "$tmp/b_$case"
     grep -q "model-0000\|safetensors\|wq_a\|tensor" "$tmp/err" && ok || bad "checkpoint $case: the error names no file or tensor: $(cat "$tmp/err")"
 done
 broken extras
-out=$(./dsv41 check "$golden" -m "$tmp/b_extras" | tail -n 1)
+out=$("$dsv41" check "$golden" -m "$tmp/b_extras" | tail -n 1)
 [ "$out" = "443 passed, 0 failed" ] && ok || bad "a checkpoint with the release's DSpark, vision and bias_vl tensors: '$out'"
-./dsv41 inspect "$tmp/b_extras" | grep -q '^checkpoint: [0-9]* tensors in 3 shards, .* 11 tensors the text pass leaves unread' &&
+"$dsv41" inspect "$tmp/b_extras" | grep -q '^checkpoint: [0-9]* tensors in 3 shards, .* 11 tensors the text pass leaves unread' &&
     ok || bad "inspect counts the tensors the text pass leaves unread"
 for case in unknown vl_outside; do
     broken $case
-    expect_error "checkpoint: $case tensor" ./dsv41 inspect "$tmp/b_$case"
+    expect_error "checkpoint: $case tensor" "$dsv41" inspect "$tmp/b_$case"
     grep -q "tensor 'layers\.[0-9]*\.ffn\.gate\.bias_\(xl\|vl\)' is not used" "$tmp/err" && ok || bad "checkpoint $case: $(cat "$tmp/err")"
 done
 broken flat
-out=$(./dsv41 check "$golden" -m "$tmp/b_flat" | tail -n 1)
+out=$("$dsv41" check "$golden" -m "$tmp/b_flat" | tail -n 1)
 [ "$out" = "443 passed, 0 failed" ] && ok || bad "the flat config.json form: '$out'"
 
 finish

@@ -15,14 +15,14 @@ rm -f "$tmp/hole"
 avail=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
 [ "${avail:-0}" -ge 16777216 ] || skip "under 16 GB of memory available (${avail:-?} kB); one decoded token reads 13 GB"
 
-./dsv41 synth --skeleton --config "$cfg" -o "$tmp/v41" && ok || bad "synth --skeleton"
+"$dsv41" synth --skeleton --config "$cfg" -o "$tmp/v41" && ok || bad "synth --skeleton"
 used=$(du -sk "$tmp/v41" | cut -f1)
 [ "$used" -lt 65536 ] && ok || bad "the 509 GB skeleton takes $used kB of disk"
 [ -z "$(ls "$tmp" | grep tmp-)" ] && cmp -s "$cfg" "$tmp/v41/config.json" && ok || bad "renamed into place, config copied verbatim"
-expect_error "synth --skeleton over an existing directory" ./dsv41 synth --skeleton --config "$cfg" -o "$tmp/v41"
+expect_error "synth --skeleton over an existing directory" "$dsv41" synth --skeleton --config "$cfg" -o "$tmp/v41"
 python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); del c["text_config"]["hidden_size"]; json.dump(c, open(sys.argv[2], "w"))' \
     "$cfg" "$tmp/nodim.json"
-expect_error "synth --skeleton with a config missing a key" ./dsv41 synth --skeleton --config "$tmp/nodim.json" -o "$tmp/bad"
+expect_error "synth --skeleton with a config missing a key" "$dsv41" synth --skeleton --config "$tmp/nodim.json" -o "$tmp/bad"
 grep -q "hidden_size\|'dim'" "$tmp/err" && [ ! -e "$tmp/bad" ] && [ -z "$(ls "$tmp" | grep tmp-)" ] && ok ||
     bad "a failed skeleton names the key and leaves nothing behind: $(cat "$tmp/err")"
 
@@ -46,7 +46,7 @@ PY
 
 # inspect's lines in the form release_inventory.py prints
 inspected() {
-    ./dsv41 inspect "$1" | sed -nE \
+    "$dsv41" inspect "$1" | sed -nE \
         -e 's/^  (F32|BF16|F8_E4M3|FP4 \(I8\)) +([0-9]+) tensors +([0-9]+) bytes( \(.*\))?$/\1 \2 \3/p' \
         -e 's/^  total +([0-9]+) bytes( \(.*\))?$/total \1/p' \
         -e 's/^checkpoint: ([0-9]+) tensors in 48 shards, ([0-9]+) bytes of data; ([0-9]+) tensors .*/checkpoint \1 \2 \3/p' \
@@ -83,7 +83,7 @@ got=$(inspected "$tmp/flat")
 
 # a prefill of 3 tokens and one decode step at full size; all-zero weights give all-zero logits,
 # so greedy decoding picks id 0. Peak resident memory includes the mapped weights touched.
-out=$(python3 - ./dsv41 run -m "$tmp/v41" --ids 0,1,2 -n 2 <<'PY'
+out=$(python3 - "$dsv41" run -m "$tmp/v41" --ids 0,1,2 -n 2 <<'PY'
 import resource, subprocess, sys, time
 t = time.time()
 r = subprocess.run(sys.argv[1:], capture_output=True, text=True)

@@ -48,7 +48,7 @@ for d in "$tmp"/tok/*; do
     set -- --tokenizer "$tok"
     [ -f "$d/v3" ] || set -- "$@" --added "$added"
     [ -f "$d/special" ] && set -- "$@" --special
-    ./dsv41 tokenize "$@" -- "$text" >"$d/out" 2>"$d/err"; rc=$?
+    "$dsv41" tokenize "$@" -- "$text" >"$d/out" 2>"$d/err"; rc=$?
     if [ $rc -eq 0 ] && cmp -s "$d/out" "$d/ids"; then ok; else bad "tokenize vector $(basename "$d"): rc=$rc $(cat "$d/out" "$d/err" | head -c 200)"; fi
 done
 
@@ -62,8 +62,8 @@ has() {
 for d in "$tmp"/chat/*; do
     [ -d "$d" ] || continue
     name="render chat vector $(basename "$d")"
-    if [ -f "$d/error" ]; then expect_error "$name" ./dsv41 render --chat "$d/case.json"; continue; fi
-    ./dsv41 render --chat "$d/case.json" >"$d/out" 2>"$d/err"; rc=$?
+    if [ -f "$d/error" ]; then expect_error "$name" "$dsv41" render --chat "$d/case.json"; continue; fi
+    "$dsv41" render --chat "$d/case.json" >"$d/out" 2>"$d/err"; rc=$?
     fine=$((rc == 0))
     if [ -f "$d/exact" ] && ! cmp -s "$d/out" "$d/exact"; then fine=0; fi
     if [ -f "$d/endswith" ]; then
@@ -83,27 +83,27 @@ expect_out() {
 }
 
 # special parsing is off unless asked for
-expect_out "tokenize without --special" "[30,28217,6756,28217,32,23166]" ./dsv41 tokenize --tokenizer "$tok" "<｜User｜>Hi"
-expect_out "tokenize with --special" "[128803,23166]" ./dsv41 tokenize --tokenizer "$tok" --special "<｜User｜>Hi"
-expect_out "tokenize of a text starting with -" "[15]" ./dsv41 tokenize --tokenizer "$tok" -- "-"
+expect_out "tokenize without --special" "[30,28217,6756,28217,32,23166]" "$dsv41" tokenize --tokenizer "$tok" "<｜User｜>Hi"
+expect_out "tokenize with --special" "[128803,23166]" "$dsv41" tokenize --tokenizer "$tok" --special "<｜User｜>Hi"
+expect_out "tokenize of a text starting with -" "[15]" "$dsv41" tokenize --tokenizer "$tok" -- "-"
 
 # bad input
 printf '{"model": {' >"$tmp/truncated.json"
 printf '{"messages": [{"role": "narrator", "content": "x"}]}' >"$tmp/badrole.json"
 printf '{"messages": [' >"$tmp/badjson.json"
-expect_error "tokenize: unknown flag" ./dsv41 tokenize --tokenizer "$tok" --bogus x
-expect_error "tokenize: no --tokenizer" ./dsv41 tokenize x
-expect_error "tokenize: two texts" ./dsv41 tokenize --tokenizer "$tok" x y
-expect_error "tokenize: missing tokenizer file" ./dsv41 tokenize --tokenizer "$tmp/none.json" x
-expect_error "tokenize: truncated tokenizer file" ./dsv41 tokenize --tokenizer "$tmp/truncated.json" x
-expect_error "tokenize: missing added-token table" ./dsv41 tokenize --tokenizer "$tok" --added "$tmp/none.json" x
-expect_error "tokenize: invalid UTF-8" ./dsv41 tokenize --tokenizer "$tok" "$(printf 'a\377b')"
+expect_error "tokenize: unknown flag" "$dsv41" tokenize --tokenizer "$tok" --bogus x
+expect_error "tokenize: no --tokenizer" "$dsv41" tokenize x
+expect_error "tokenize: two texts" "$dsv41" tokenize --tokenizer "$tok" x y
+expect_error "tokenize: missing tokenizer file" "$dsv41" tokenize --tokenizer "$tmp/none.json" x
+expect_error "tokenize: truncated tokenizer file" "$dsv41" tokenize --tokenizer "$tmp/truncated.json" x
+expect_error "tokenize: missing added-token table" "$dsv41" tokenize --tokenizer "$tok" --added "$tmp/none.json" x
+expect_error "tokenize: invalid UTF-8" "$dsv41" tokenize --tokenizer "$tok" "$(printf 'a\377b')"
 if grep -q 'byte offset 1' "$tmp/err"; then ok; else bad "invalid UTF-8: the offset is not named: $(cat "$tmp/err")"; fi
-expect_error "tokenize: lone surrogate" ./dsv41 tokenize --tokenizer "$tok" "$(printf 'a\355\240\200b')"
-expect_error "render: unknown flag" ./dsv41 render --bogus "$tmp/badrole.json"
-expect_error "render: no file" ./dsv41 render
-expect_error "render: missing file" ./dsv41 render --chat "$tmp/none.json"
-expect_error "render: malformed JSON" ./dsv41 render --chat "$tmp/badjson.json"
-expect_error "render: invalid case" ./dsv41 render --chat "$tmp/badrole.json"
+expect_error "tokenize: lone surrogate" "$dsv41" tokenize --tokenizer "$tok" "$(printf 'a\355\240\200b')"
+expect_error "render: unknown flag" "$dsv41" render --bogus "$tmp/badrole.json"
+expect_error "render: no file" "$dsv41" render
+expect_error "render: missing file" "$dsv41" render --chat "$tmp/none.json"
+expect_error "render: malformed JSON" "$dsv41" render --chat "$tmp/badjson.json"
+expect_error "render: invalid case" "$dsv41" render --chat "$tmp/badrole.json"
 
 finish

@@ -5,9 +5,12 @@
 # library; every one must give the ids `dsv41 run` gives. Then only dsv41_ names are exported,
 # and `make uninstall` removes what was installed. Prints "N passed, N failed".
 . "$(dirname "$0")/lib.sh"
+# packaging and the Python module are the normal build's: a sanitizer build (make sanitize) has no
+# runtime a plain python3 or cc could load, so there is nothing of its own to test here
+if [ "$dsv41" != ./dsv41 ]; then echo "not run on a sanitizer build"; finish; exit; fi
 p="$tmp/prefix"
 want=$(./dsv41 run --ids 2,17,47 -n 16 2>/dev/null)
-make -s install PREFIX="$p" >"$tmp/log" 2>&1 || { bad "make install: $(tail -n 3 "$tmp/log")"; finish; exit 1; }
+MAKEFLAGS= make -s install PREFIX="$p" >"$tmp/log" 2>&1 || { bad "make install: $(tail -n 3 "$tmp/log")"; finish; exit 1; }
 for f in bin/dsv41 lib/libdsv41.a lib/libdsv41.so lib/libdsv41.so.0 include/dsv41.h lib/pkgconfig/dsv41.pc share/man/man1/dsv41.1; do
     [ -e "$p/$f" ] && ok || bad "not installed: $f"
 done
@@ -65,6 +68,6 @@ got=$(DSV41_LIB="$p/lib/libdsv41.so" PYTHONPATH=python /usr/bin/python3 -c \
 [ "$got" = "$want" ] && ok || bad "python over the installed library: $got"
 
 # DESTDIR stages under a root; uninstall leaves no file behind
-make -s install PREFIX=/usr DESTDIR="$tmp/stage" >/dev/null 2>&1 && [ -f "$tmp/stage/usr/lib/libdsv41.a" ] && ok || bad "DESTDIR"
+MAKEFLAGS= make -s install PREFIX=/usr DESTDIR="$tmp/stage" >/dev/null 2>&1 && [ -f "$tmp/stage/usr/lib/libdsv41.a" ] && ok || bad "DESTDIR"
 make -s uninstall PREFIX="$p" >/dev/null 2>&1 && [ -z "$(find "$p" ! -type d)" ] && ok || bad "uninstall left: $(find "$p" ! -type d)"
 finish

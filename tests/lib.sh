@@ -1,6 +1,7 @@
 # lib.sh - what the CLI test scripts share: run from the repository root with a temporary
 # folder, count cases, and check that bad input fails the way the project promises.
 cd "$(dirname "$0")/.." || exit 1
+dsv41=${DSV41:-./dsv41} # the program under test (`make sanitize` names its own build)
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 passed=0; failed=0
@@ -22,7 +23,7 @@ expect_error() {
 # commands
 chat_model() {
     python3 tests/ref/chat_model.py models/tiny.json "$tmp/tiny.json" "$tmp/tokenizer.json" || return 1
-    ./dsv41 synth --config "$tmp/tiny.json" -o "$1" && cp "$tmp/tokenizer.json" "$1/"
+    "$dsv41" synth --config "$tmp/tiny.json" -o "$1" && cp "$tmp/tokenizer.json" "$1/"
 }
 
 # the closing line, and the exit status

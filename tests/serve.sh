@@ -18,7 +18,7 @@ trap 'for p in $pids; do kill -9 $p 2>/dev/null; done; rm -rf "$tmp"' EXIT
 
 # the model: synthesized weights, the V3 tokenizer with the V4.1 added-token table
 m=$tmp/tiny_text
-./dsv41 synth --config "$data/models/tiny_text.json" -o "$m" >/dev/null &&
+$dsv41 synth --config "$data/models/tiny_text.json" -o "$m" >/dev/null &&
 python3 - "$data/tokenizer" "$m/tokenizer.json" <<'PY' && ok || bad "build the test model"
 import json, sys
 tok = json.load(open(sys.argv[1] + "/deepseek-v3/tokenizer.json", encoding="utf-8"))
@@ -31,7 +31,7 @@ PY
 # start NAME ARGS...: a server in the background; sets $port and $pid (log in $tmp/NAME.log)
 start() {
     name=$1; shift
-    ./dsv41 serve -m "$m" --port 0 -t 1 "$@" 2>"$tmp/$name.log" &
+    $dsv41 serve -m "$m" --port 0 -t 1 "$@" 2>"$tmp/$name.log" &
     pid=$!; pids="$pids $pid"; port=""
     for _ in $(seq 300); do
         port=$(sed -n 's|^dsv41 serve: .* on http://127.0.0.1:\([0-9]*\) .*|\1|p' "$tmp/$name.log")
@@ -89,10 +89,10 @@ chat() { printf '{"model":"m","messages":[{"role":"user","content":"%s"}],"tempe
 # server returns special tokens as text, the program shows them only with --special)
 n=12
 for i in 0 1; do
-    ./dsv41 run -m "$m" -p "Question $i: what is $i + $i?" -n $n --temp 0 --special -t 1 2>/dev/null >"$tmp/run$i"
+    $dsv41 run -m "$m" -p "Question $i: what is $i + $i?" -n $n --temp 0 --special -t 1 2>/dev/null >"$tmp/run$i"
     python3 -c 'import sys; t=open(sys.argv[1],"rb").read(); open(sys.argv[1],"wb").write(t[:-1])' "$tmp/run$i"
 done
-./dsv41 run -m "$m" -p "Hello there" -n $n --temp 0 --special -t 1 2>/dev/null | python3 -c 'import sys; sys.stdout.buffer.write(sys.stdin.buffer.read()[:-1])' >"$tmp/hello"
+$dsv41 run -m "$m" -p "Hello there" -n $n --temp 0 --special -t 1 2>/dev/null | python3 -c 'import sys; sys.stdout.buffer.write(sys.stdin.buffer.read()[:-1])' >"$tmp/hello"
 
 start main -np 8 || { finish; exit 1; }
 
@@ -133,7 +133,7 @@ req POST /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"rea
 
 # the raw completion of the rendered prompt is the chat reply
 printf '{"messages":[{"role":"user","content":"Question 1: what is 1 + 1?"}],"options":{"thinking_mode":"chat"}}' >"$tmp/case.json"
-./dsv41 render --chat "$tmp/case.json" >"$tmp/prompt"
+$dsv41 render --chat "$tmp/case.json" >"$tmp/prompt"
 req POST /v1/completions "$(python3 -c 'import json,sys; print(json.dumps({"prompt": open(sys.argv[1],encoding="utf-8").read(), "temperature": 0, "max_tokens": int(sys.argv[2])}))' "$tmp/prompt" $n)"
 cp "$tmp/resp" "$tmp/raw"
 contents "$tmp/raw"
@@ -141,7 +141,7 @@ contents "$tmp/raw"
 
 # tokenize / detokenize against the command line's tokenizer
 req POST /tokenize '{"content":"Hello <｜User｜> world"}'
-want=$(./dsv41 tokenize --tokenizer "$m/tokenizer.json" --special "Hello <｜User｜> world")
+want=$($dsv41 tokenize --tokenizer "$m/tokenizer.json" --special "Hello <｜User｜> world")
 [ "$code" = 200 ] && [ "$(cat "$tmp/resp")" = "{\"tokens\":$want}" ] && ok || bad "tokenize: $(cat "$tmp/resp") vs $want"
 req POST /detokenize "{\"tokens\":$want}"
 [ "$code" = 200 ] && [ "$(cat "$tmp/resp")" = '{"content":"Hello <｜User｜> world"}' ] && ok || bad "detokenize: $(cat "$tmp/resp")"
@@ -268,10 +268,10 @@ expect_err "all slots busy and the queue full" 503 POST /v1/chat/completions "$(
 stop
 
 # bad flags
-expect_error "serve: unknown flag" ./dsv41 serve -m "$m" --bogus 1
-expect_error "serve: no model" ./dsv41 serve --port 0
-expect_error "serve: a bad port" ./dsv41 serve -m "$m" --port 99999
-expect_error "serve: a missing model" ./dsv41 serve -m "$tmp/none" --port 0
-expect_error "serve: a context over the model's" ./dsv41 serve -m "$m" --port 0 -c 100000
+expect_error "serve: unknown flag" $dsv41 serve -m "$m" --bogus 1
+expect_error "serve: no model" $dsv41 serve --port 0
+expect_error "serve: a bad port" $dsv41 serve -m "$m" --port 99999
+expect_error "serve: a missing model" $dsv41 serve -m "$tmp/none" --port 0
+expect_error "serve: a context over the model's" $dsv41 serve -m "$m" --port 0 -c 100000
 
 finish

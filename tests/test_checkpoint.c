@@ -151,7 +151,7 @@ static void test_resident_memory(void) {
                "\"beta_fast\": 32, \"beta_slow\": 1, \"norm_eps\": 1e-20, \"gate_temp\": 1.0, \"max_seq_len\": 64}\n");
     fclose(f);
     pid_t pid = fork();
-    if (pid == 0) _exit(dsv41_synth(cfgpath, "bf16", dir) ? (fprintf(stderr, "%s\n", dsv41_error()), 1) : 0);
+    if (pid == 0) _exit(dsv41_synth(cfgpath, "bf16", dir, NULL) ? (fprintf(stderr, "%s\n", dsv41_error()), 1) : 0);
     int st = 0;
     waitpid(pid, &st, 0);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "synth of a 100 MB model");
@@ -162,7 +162,11 @@ static void test_resident_memory(void) {
     long anon1 = status_kb("RssAnon:"), file1 = status_kb("RssFile:");
     printf("resident after load: +%ld kB anonymous, +%ld kB file-backed (model files about 100000 kB)\n", anon1 - anon0,
            file1 - file0);
+#ifdef TEST_ASAN
+    printf("resident memory after load not checked under AddressSanitizer\n");
+#else
     CHECK(anon1 - anon0 < 4096 && file1 - file0 < 4096, "loading maps the tensors instead of reading them");
+#endif
     dsv41_session *s = dsv41_session_new(m);
     int32_t ids[3] = {5, 6, 7};
     float *lg = malloc(256 * 4);
@@ -184,9 +188,9 @@ int main(void) {
     char bf[300], f8[300];
     snprintf(bf, sizeof bf, "%s/bf16", tmpdir);
     snprintf(f8, sizeof f8, "%s/fp8", tmpdir);
-    CHECK(dsv41_convert_golden(g, "bf16", bf) == 0, "convert --dtype bf16: %s", dsv41_error());
-    CHECK(dsv41_convert_golden(g, "fp8", f8) == 0, "convert --dtype fp8: %s", dsv41_error());
-    CHECK(dsv41_convert_golden(g, "bf16", bf) != 0, "convert refuses to overwrite");
+    CHECK(dsv41_convert_golden(g, "bf16", bf, NULL) == 0, "convert --dtype bf16: %s", dsv41_error());
+    CHECK(dsv41_convert_golden(g, "fp8", f8, NULL) == 0, "convert --dtype fp8: %s", dsv41_error());
+    CHECK(dsv41_convert_golden(g, "bf16", bf, NULL) != 0, "convert refuses to overwrite");
     dsv41_model *gm = dsv41_model_from_golden(g), *mb = dsv41_model_load(bf), *m8 = dsv41_model_load(f8);
     CHECK(gm && mb && m8, "the models load: %s", dsv41_error());
     if (gm && mb && m8) {

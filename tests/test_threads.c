@@ -1,7 +1,12 @@
-/* test_threads.c - results do not depend on the thread count: a model big enough that every
- * projection is split across threads gives the same logits bit for bit at 1, 2 and 3 threads,
- * for prefills short and long (the many-token kernels) and the decode steps after each, and a
- * projection's raw f32 sums at several token counts; and the golden still passes at 3 threads. */
+/* test_threads.c - results do not depend on the thread count or the kernel set: a model big
+ * enough that every projection is split across threads gives the same logits bit for bit at 1, 2
+ * and 3 threads and on every kernel set this CPU runs, for prefills short and long (the
+ * many-token kernels; 40 tokens is the issue's prompt) and the decode steps after each, and a
+ * projection's raw f32 sums at several token counts; and the golden still passes at 3 threads.
+ * Nor on other application threads: two threads with their own sessions on one model, run at
+ * the same time while a third changes the worker count, get their sequential logits bit for
+ * bit, round after round. */
+#include <pthread.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -62,6 +67,83 @@ static void test_linear_threads(void) {
     free(x);
 }
 
+/* One application thread's work: a prefill of `prefill` tokens and DECODES decode steps in its
+ * own session, every step's logits kept. */
+enum { DECODES = 5, ROUNDS = 6 };
+typedef struct {
+    const dsv41_model *m;
+    int32_t prefill;
+    float *logits;               /* [1 + DECODES][V] */
+    pthread_barrier_t *start;    /* NULL when run alone */
+    int ok;
+} app_job;
+
+static void *app_run(void *arg) {
+    app_job *j = arg;
+    int32_t V = dsv41_model_vocab_size(j->m), ids[LONG];
+    for (int i = 0; i < LONG; i++) ids[i] = (i * 53 + j->prefill) % V;
+    dsv41_session *s = dsv41_session_new(j->m);
+    if (j->start) pthread_barrier_wait(j->start);
+    j->ok = s && !dsv41_session_forward(s, ids, j->prefill, j->logits, NULL);
+    for (int i = 1; j->ok && i <= DECODES; i++) j->ok = !dsv41_session_forward(s, &ids[i], 1, j->logits + i * V, NULL);
+    dsv41_session_free(s);
+    return NULL;
+}
+
+typedef struct {
+    pthread_barrier_t *start;
+    int stop;
+} resizer;
+
+/* changes the worker count until told to stop */
+static void *resize_run(void *arg) {
+    resizer *r = arg;
+    pthread_barrier_wait(r->start);
+    for (int32_t i = 0; !__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE); i++) {
+        dsv41_set_threads(1 + i % 3);
+        usleep(200);
+    }
+    return NULL;
+}
+
+static void test_app_threads(const dsv41_model *m) {
+    enum { APPS = 2 };
+    const int32_t prefill[APPS] = {40, 9}; /* a many-token and a few-token prefill side by side */
+    size_t n = (size_t)((1 + DECODES) * dsv41_model_vocab_size(m)) * sizeof(float);
+    float *alone[APPS];
+    dsv41_set_threads(2);
+    for (int a = 0; a < APPS; a++) {
+        app_job j = {m, prefill[a], alone[a] = malloc(n), NULL, 0};
+        app_run(&j);
+        CHECK(j.ok, "app thread %d's work alone: %s", a, dsv41_error());
+    }
+    int same = 1, ok = 1;
+    for (int round = 0; round < ROUNDS; round++) {
+        pthread_barrier_t start;
+        pthread_barrier_init(&start, NULL, APPS + 1);
+        app_job jobs[APPS];
+        pthread_t tid[APPS + 1];
+        resizer rs = {&start, 0};
+        for (int a = 0; a < APPS; a++) {
+            jobs[a] = (app_job){m, prefill[a], malloc(n), &start, 0};
+            pthread_create(&tid[a], NULL, app_run, &jobs[a]);
+        }
+        pthread_create(&tid[APPS], NULL, resize_run, &rs);
+        for (int a = 0; a < APPS; a++) pthread_join(tid[a], NULL);
+        __atomic_store_n(&rs.stop, 1, __ATOMIC_RELEASE);
+        pthread_join(tid[APPS], NULL);
+        pthread_barrier_destroy(&start);
+        for (int a = 0; a < APPS; a++) {
+            ok &= jobs[a].ok;
+            same &= jobs[a].ok && !memcmp(jobs[a].logits, alone[a], n);
+            free(jobs[a].logits);
+        }
+    }
+    CHECK(ok, "two app threads' sessions run side by side");
+    CHECK(same, "two app threads get their sequential logits bit for bit in each of %d rounds", ROUNDS);
+    for (int a = 0; a < APPS; a++) free(alone[a]);
+}
+
 int main(void) {
     char dir[] = "/tmp/dsv41-threads-XXXXXX", cfg[300], model[300];
     CHECK(mkdtemp(dir) != NULL, "temporary directory");
@@ -81,7 +163,7 @@ int main(void) {
                "\"beta_fast\": 32, \"beta_slow\": 1, \"norm_eps\": 1e-20, \"gate_temp\": 1.0, \"max_seq_len\": 128}\n");
     fclose(f);
     pid_t pid = fork(); /* a child writes the checkpoint, so this process starts with its default pool */
-    if (pid == 0) _exit(dsv41_synth(cfg, "fp8", model) ? (fprintf(stderr, "%s\n", dsv41_error()), 1) : 0);
+    if (pid == 0) _exit(dsv41_synth(cfg, "fp8", model, NULL) ? (fprintf(stderr, "%s\n", dsv41_error()), 1) : 0);
     int st = 0;
     waitpid(pid, &st, 0);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "synth an fp8 model");
@@ -94,7 +176,17 @@ int main(void) {
         float *three = run(m, 3), *two = run(m, 2), *one = run(m, 1);
         CHECK(!memcmp(one, two, n), "1 and 2 threads give the same logits bit for bit");
         CHECK(!memcmp(one, three, n), "1 and 3 threads give the same logits bit for bit");
+        const char *sets[8];
+        int32_t ns = dsv41_kernel_sets(sets, 8);
+        for (int32_t k = 0; k < ns; k++) {
+            dsv41_set_kernels(sets[k]);
+            float *other = run(m, 2);
+            CHECK(!memcmp(one, other, n), "kernel set %s gives the default set's logits bit for bit", sets[k]);
+            free(other);
+        }
+        dsv41_set_kernels(NULL);
         free(one); free(two); free(three);
+        test_app_threads(m);
     }
     dsv41_model_free(m);
     test_linear_threads(); /* after the fork above: a child of a process with workers has none */

@@ -6,6 +6,29 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* The sanitizer builds (make sanitize, make tsan): ASan's allocator keeps resident bookkeeping of
+ * its own, and every sanitizer runs code several times slower, so the checks of memory and time
+ * that guard against a wrong algorithm allow for them. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TEST_TSAN 1
+#endif
+#endif
+#if defined(TEST_ASAN) || defined(TEST_TSAN)
+#define TEST_SLOWDOWN 20.0
+#else
+#define TEST_SLOWDOWN 1.0
+#endif
+
 static int test_passed, test_failed;
 
 #define CHECK(cond, ...)                                                   \

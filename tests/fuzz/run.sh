@@ -1,0 +1,28 @@
+#!/bin/sh
+# run.sh SECONDS [HARNESS...] - runs each fuzz harness (all of build/fuzz/fuzz_* by default) for
+# SECONDS, starting from the seeds (tests/fuzz/seeds.sh, rebuilt each run) and the corpus kept
+# in build/fuzz/corpus/HARNESS from earlier runs. A crash, leak, sanitizer report, timeout or
+# out-of-memory stops that harness and leaves its input in build/fuzz/crashes/; the closing
+# line is "N passed, N failed" (one case per harness) and the exit status is non-zero on any.
+cd "$(dirname "$0")/../.." || exit 1
+secs=$1; shift
+[ -n "$secs" ] || { echo "usage: tests/fuzz/run.sh SECONDS [HARNESS...]" >&2; exit 2; }
+harnesses=${*:-$(ls build/fuzz/ | sed -n 's/^fuzz_\([a-z_]*\)$/\1/p')}
+tests/fuzz/seeds.sh build/fuzz/seeds || { echo "could not build the seeds"; echo "0 passed, 1 failed"; exit 1; }
+mkdir -p build/fuzz/crashes
+passed=0; failed=0
+for h in $harnesses; do
+    mkdir -p "build/fuzz/corpus/$h"
+    log=build/fuzz/$h.log
+    # rss: the largest seed model is small; a run needing more memory is a finding
+    if "build/fuzz/fuzz_$h" -max_total_time="$secs" -timeout=30 -rss_limit_mb=3072 -print_final_stats=1 \
+        -artifact_prefix="build/fuzz/crashes/$h-" "build/fuzz/corpus/$h" "build/fuzz/seeds/$h" >"$log" 2>&1; then
+        passed=$((passed + 1))
+        echo "fuzz $h: $(grep -E '^stat::number_of_executed_units' "$log" | sed 's/.*: *//') inputs in ${secs}s, no finding"
+    else
+        failed=$((failed + 1))
+        echo "FAIL fuzz $h: $(grep -E 'ERROR|SUMMARY|runtime error' "$log" | head -n 3 | tr '\n' ' ')(log: $log)"
+    fi
+done
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

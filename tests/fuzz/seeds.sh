@@ -1,0 +1,58 @@
+#!/bin/sh
+# seeds.sh OUT - seed corpora for the fuzz harnesses, built from the shared data and the test
+# fixtures at run time (nothing of the shared data is kept in the repository): OUT/<harness>/
+# holds one file per seed. Needs ./dsv41 (to convert the golden into checkpoints) and python3.
+# A new harness gets its seeds from a new section here (the HTTP server's request parser:
+# OUT/http/, raw requests).
+set -e
+cd "$(dirname "$0")/../.."
+out=$1
+shared=${DSV41_SHARED:-../shared}
+golden=${DSV41_GOLDEN:-$shared/golden/ds41_tiny_golden.json}
+rm -rf "$out"
+mkdir -p "$out/checkpoint" "$out/tokenizer" "$out/tokenize" "$out/chat" "$out/golden"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+./dsv41 convert --golden "$golden" --dtype bf16 -o "$work/bf16" >/dev/null
+./dsv41 convert --golden "$golden" --dtype fp8 -o "$work/fp8" >/dev/null
+python3 - "$shared" "$golden" "$work" "$out" <<'PY'
+import json, os, sys
+shared, golden, work, out = sys.argv[1:5]
+def put(harness, name, data):
+    with open(os.path.join(out, harness, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass"))
+
+# checkpoint: the files in fuzz_checkpoint.c's order, joined by its separator
+SEP = b"\n--dsv41-fuzz-file--\n"
+FILES = ["config.json", "model.safetensors.index.json", "model-00001-of-00003.safetensors",
+         "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors", "engram_token_map.json"]
+for d in ("bf16", "fp8"):
+    put("checkpoint", d, SEP.join(open(os.path.join(work, d, f), "rb").read() for f in FILES))
+
+# tokenize: each test vector's text, behind the byte that picks special parsing
+for i, v in enumerate(json.load(open(os.path.join(shared, "tokenizer", "vectors.json"), encoding="utf-8"))):
+    put("tokenize", "v%02d" % i, chr(1 if v.get("parse_special") else 0) + v["text"])
+
+# chat: each case of the chat vectors as the render command reads it
+for name in ("chat_vectors.json", "chat_vectors_v4.json"):
+    for i, c in enumerate(json.load(open(os.path.join(shared, "tokenizer", name), encoding="utf-8"))):
+        put("chat", "%s-%02d" % (name[:-5], i), json.dumps({k: c[k] for k in ("messages", "tools", "options") if k in c}, ensure_ascii=False))
+
+# tokenizer: the V3 tokenizer.json cut to its first 300 tokens and the merges among them
+t = json.load(open(os.path.join(shared, "tokenizer", "deepseek-v3", "tokenizer.json"), encoding="utf-8"))
+vocab = {k: v for k, v in t["model"]["vocab"].items() if v < 300}
+t["model"]["vocab"] = vocab
+t["model"]["merges"] = [m for m in t["model"]["merges"]
+                        if all(p in vocab for p in (m.split(" ") if isinstance(m, str) else m)) and "".join(m.split(" ") if isinstance(m, str) else m) in vocab]
+t["added_tokens"] = t["added_tokens"][:8]
+for a in t["added_tokens"]: a["id"] = 300 + t["added_tokens"].index(a)
+put("tokenizer", "v3-cut", json.dumps(t, ensure_ascii=False))
+t["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+put("tokenizer", "v3-cut-bytelevel", json.dumps(t, ensure_ascii=False))
+
+# golden: the whole golden, and one regime of it
+g = json.load(open(golden))
+put("golden", "tiny", json.dumps(g))
+g["fixture"]["regimes"] = ["prefill12"]
+put("golden", "tiny-prefill", json.dumps({k: g[k] for k in ("fixture", "weights_meta", "prefill12")}))
+PY
