@@ -12,69 +12,47 @@
 #include "commands.h"
 #include "http.h"
 
-static const char usage[] =
-    "serve -m DIR [--host 127.0.0.1] [--port 8080] [-np N] [-c CTX] [-t N] [--api-key KEY] [--timeout S] [--queue N] [--kernels SET]";
-
-/* flag's value as an integer in [lo, hi]; -1 after a message */
-static long long flag_int(const char *flag, const char *v, long long lo, long long hi) {
-    char *end;
-    long long x = strtoll(v, &end, 10);
-    if (end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "dsv41: serve: %s wants an integer from %lld to %lld, not '%s'\n", flag, lo, hi, v);
-        return -1;
-    }
-    return x;
-}
-
 int cmd_serve(int argc, char **argv) {
     const char *dir = NULL, *host = "127.0.0.1", *key = NULL, *kernels = NULL;
-    long long port = 8080, slots = 1, ctx = 0, threads = 0, timeout = 600, queue = 64;
-    for (int i = 0; i < argc; i += 2) { /* every flag takes a value */
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long long *num = !strcmp(f, "--port") ? &port : !strcmp(f, "-np") ? &slots : !strcmp(f, "-c") ? &ctx
-                       : !strcmp(f, "-t") ? &threads : !strcmp(f, "--timeout") ? &timeout : !strcmp(f, "--queue") ? &queue : NULL;
-        if (!v) {
-            fprintf(stderr, "dsv41: serve: '%s' needs a value or is unknown (usage: dsv41 %s)\n", f, usage);
-            return 2;
-        }
-        if (!strcmp(f, "-m")) dir = v;
-        else if (!strcmp(f, "--host")) host = v;
-        else if (!strcmp(f, "--api-key")) key = v;
-        else if (!strcmp(f, "--kernels")) kernels = v;
-        else if (!num) {
-            fprintf(stderr, "dsv41: serve: unknown flag '%s' (usage: dsv41 %s)\n", f, usage);
-            return 2;
-        } else {
-            long long lo = num == &port ? 0 : 1, hi = num == &port ? 65535 : num == &threads ? 256 : 1000000000;
-            if ((*num = flag_int(f, v, lo, hi)) < 0) return 2;
-        }
-    }
-    if (!dir) {
-        fprintf(stderr, "dsv41: serve: give the checkpoint directory with -m DIR (usage: dsv41 %s)\n", usage);
-        return 2;
-    }
+    int32_t port = 8080, slots = 1, ctx = 0, threads = 0, timeout = 600, queue = 64;
+    const cli_opt opts[] = {
+        {"-m|--model", "DIR", OPT_STR, &dir, 0, 0, NULL, OPT_REQUIRED, "the checkpoint to serve (with its tokenizer.json)"},
+        {"--host", "ADDR", OPT_STR, &host, 0, 0, NULL, "127.0.0.1", "the address to bind"},
+        {"--port", "N", OPT_I32, &port, 0, 65535, NULL, "8080", "the port; 0 takes any free one (the first line names it)"},
+        {"-np|--parallel", "N", OPT_I32, &slots, 1, 1000000000, NULL, "1", "slots: requests served at once"},
+        {"-c|--ctx-size", "N", OPT_I32, &ctx, 1, 1000000000, NULL, "the model's max_seq_len", "the most tokens of prompt plus reply"},
+        OPT_THREADS(&threads),
+        {"--api-key", "KEY", OPT_STR, &key, 0, 0, NULL, "none", "require this key as a Bearer token"},
+        {"--timeout", "S", OPT_I32, &timeout, 1, 1000000000, NULL, "600", "close a connection idle for S seconds"},
+        {"--queue", "N", OPT_I32, &queue, 1, 1000000000, NULL, "64", "requests that may wait for a slot (then 503)"},
+        OPT_KERNELS(&kernels),
+    };
+    const cli_cmd cmd = {.name = "serve",
+                         .synopsis = "-m DIR [options]",
+                         .about = "An OpenAI-compatible HTTP server: chat and raw completions, streaming, tool calls, a chat\n"
+                                  "page at /. One log line per request on stderr; SIGINT or SIGTERM stops it.",
+                         .opts = opts,
+                         .n_opts = N_OPTS(opts)};
+    int rc = args_parse(&cmd, argc, argv);
+    if (rc >= 0) return rc;
     if (key && !*key) {
         fprintf(stderr, "dsv41: serve: --api-key is empty\n");
         return 2;
     }
-    if (use_kernels(kernels)) return 2;
-    if (threads && dsv41_set_threads((int32_t)threads)) {
-        fprintf(stderr, "dsv41: serve: %s\n", dsv41_error());
-        return 2;
-    }
+    if (args_apply_threads(threads) || use_kernels(kernels)) return 2;
 
     server sv = {0};
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     dsv41_model *m = dsv41_model_load(dir);
     dsv41_tokenizer *tk = m ? dsv41_tokenizer_load(path) : NULL;
-    int rc = 1;
+    rc = 1;
     if (!m || !tk) fprintf(stderr, "dsv41: serve: %s\n", dsv41_error());
     else if (dsv41_tokenizer_n_vocab(tk) > dsv41_model_vocab_size(m))
         fprintf(stderr, "dsv41: serve: %s has %d tokens but the model only %d\n", path, dsv41_tokenizer_n_vocab(tk),
                 dsv41_model_vocab_size(m));
     else if (ctx > dsv41_model_max_seq_len(m))
-        fprintf(stderr, "dsv41: serve: -c %lld is over the model's context of %d tokens\n", ctx, dsv41_model_max_seq_len(m));
+        fprintf(stderr, "dsv41: serve: -c %d is over the model's context of %d tokens\n", ctx, dsv41_model_max_seq_len(m));
     else rc = 0;
     if (rc) {
         dsv41_tokenizer_free(tk);
@@ -105,7 +83,7 @@ int cmd_serve(int argc, char **argv) {
     sv.sched = sched_start(m, tk, (int32_t)slots, (int32_t)queue, sv.ctx);
     if (sv.sched) d = http_start(&sv, host, (int)port, (int)timeout, &bound);
     if (d) {
-        fprintf(stderr, "dsv41 serve: %s on http://%s:%d (%lld slots, context %d tokens)\n", sv.model_name, host, bound, slots, sv.ctx);
+        fprintf(stderr, "dsv41 serve: %s on http://%s:%d (%d slots, context %d tokens)\n", sv.model_name, host, bound, slots, sv.ctx);
         int sig = 0;
         sigwait(&stop, &sig);
         fprintf(stderr, "dsv41 serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");

@@ -112,11 +112,11 @@ b=$("$dsv41" run --ids 2,17,47 -n 16 --temp 1 --seed 9 --top-k 20 --repeat-penal
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "sampled run --ids with a seed repeats"
 "$dsv41" run --ids 2,17,47 -n 2 --temp 1 2>&1 >/dev/null | grep -qE '^seed: [0-9]+$' && ok || bad "the clock seed is printed"
 # every subcommand's --help exits 0 on stdout and shows defaults where it has them
-for c in run chat check tokenize render convert synth inspect bench; do
+for c in run chat serve check tokenize render convert synth inspect bench; do
     "$dsv41" $c --help >"$tmp/help" 2>"$tmp/err"; rc=$?
     [ $rc -eq 0 ] && [ ! -s "$tmp/err" ] && grep -q "^usage: dsv41 $c" "$tmp/help" && ok || bad "$c --help: rc=$rc"
 done
-for c in run chat synth bench check; do grep -q "default:" <<EOF2 && ok || bad "$c --help shows no default"
+for c in run chat serve synth bench check; do grep -q "default:" <<EOF2 && ok || bad "$c --help shows no default"
 $("$dsv41" $c -h)
 EOF2
 done
