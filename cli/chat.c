@@ -219,7 +219,6 @@ int run_text(const gen_opts *o) {
     char *file_text = o->file ? read_file(o->file) : NULL;
     if (o->file && !file_text) return 1;
     chat_state c;
-    cli_catch_signals(1);
     if (open_chat(&c, o)) { close_chat(&c); free(file_text); return 1; }
     const char *user = file_text ? file_text : o->prompt, *msgs[2] = {"user", user};
     char *text = NULL;
