@@ -92,6 +92,36 @@ int32_t dsv41_session_pos(const dsv41_session *s);
 int dsv41_session_forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logits, dsv41_trace *trace);
 /* The same, with the logits of every fed token: logits [n][vocab_size]. */
 int dsv41_session_forward_all(dsv41_session *s, const int32_t *ids, int32_t n, float *logits);
+/* Several sessions of one model advanced by one call: session s[i] is fed its n[i] tokens ids[i]
+ * (a prefill of any n[i] >= 1 at position 0, else exactly one token), and logits[i], when
+ * logits and logits[i] are not NULL, receives the f32 logits [vocab_size] of its last token. Every
+ * projection runs once over all the call's tokens and the MoE takes each expert once for every
+ * token routed to it, so a step of many sessions reads the weights about once; attention runs
+ * per session on its own caches. Each session ends with exactly the state and logits that
+ * dsv41_session_forward of the same tokens would give it alone. The sessions must be distinct.
+ * Returns 0, or -1 with no session changed when an input is wrong. */
+int dsv41_batch_forward(dsv41_session *const *s, const int32_t *const *ids, const int32_t *n, int32_t count,
+                        float *const *logits);
+/* The ids the session was fed, oldest first; *n gets dsv41_session_pos(s). Valid until the next
+ * call that changes s. */
+const int32_t *dsv41_session_tokens(const dsv41_session *s, int32_t *n);
+/* The logits [vocab_size] of the last token fed, when the call that fed it computed them (asked
+ * for logits or a trace); else NULL. Valid until the next call that changes s. */
+const float *dsv41_session_logits(const dsv41_session *s);
+/* Empties s to position 0, as dsv41_session_new leaves a session. */
+int dsv41_session_reset(dsv41_session *s);
+/* Makes dst (a session of src's model) an exact copy of src: every cache, the ids and the last
+ * logits, so that both continue alike. Costs what src's position uses, not the full context. */
+int dsv41_session_copy(dsv41_session *dst, const dsv41_session *src);
+/* Writes s to path as one self-checking file: a magic and format version, the identity of the
+ * model (its config and a checksum of its weights), the ids, every piece of state and a checksum
+ * of the whole. The file appears whole or not at all (written under a temporary name, synced,
+ * renamed), so a crash mid-save leaves an earlier file at path intact. */
+int dsv41_session_save(const dsv41_session *s, const char *path);
+/* Reads a file dsv41_session_save wrote into s. Every part is verified first (format, model
+ * identity, sizes, checksum); on any mismatch it returns -1 with a one-line message and s is
+ * left as it was. */
+int dsv41_session_load(dsv41_session *s, const char *path);
 /* Calls fn after each layer of every forward call (a progress line for long prefills) until it
  * is set again; NULL turns it off. */
 void dsv41_session_set_progress(dsv41_session *s, void (*fn)(void *ctx, int32_t done, int32_t total), void *ctx);

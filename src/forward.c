@@ -11,76 +11,6 @@
 #include "dist.h"
 #include "scratch.h"
 
-/* Every cache, ring and slot as a new session has them: position 0. */
-static void session_clear(dsv41_session *s) {
-    const config *c = &s->m->cfg;
-    s->pos = 0;
-    memset(s->ngram_cache, 0, (size_t)c->max_seq_len * sizeof *s->ngram_cache);
-    for (int32_t l = 0; l < c->n_layers; l++) {
-        layer_state *st = &s->layers[l];
-        size_t ratio = (size_t)c->compress_ratio[l], groups = (size_t)(ratio ? c->max_seq_len / ratio : 0) + 1;
-        memset(st->window, 0, (size_t)c->window_size * c->head_dim * sizeof(float));
-        if (!c->is_kv_source[l]) continue;
-        memset(st->ckv, 0, groups * c->head_dim * sizeof(float));
-        memset(st->ik, 0, groups * c->index_head_dim * sizeof(float));
-        memset(st->kv_state, 0, ratio * c->head_dim * sizeof(float));
-        for (size_t i = 0; i < ratio * c->head_dim; i++) st->score_state[i] = -INFINITY;
-    }
-    s->shared.compress_kv = s->shared.index_k = NULL;
-    s->shared.topk_rows = s->shared.topk_width = s->shared.cand_rows = s->shared.cand_width = 0;
-}
-
-dsv41_session *dsv41_session_new(const dsv41_model *m) {
-    const config *c = &m->cfg;
-    dsv41_session *s = calloc(1, sizeof *s);
-    if (!s) goto oom;
-    s->m = m;
-    atomic_init(&s->cancel, 0);
-    s->ngram_cache = calloc((size_t)c->max_seq_len, sizeof *s->ngram_cache);
-    s->layers = calloc((size_t)c->n_layers, sizeof *s->layers);
-    if (!s->ngram_cache || !s->layers) goto oom;
-    for (int32_t l = 0; l < c->n_layers; l++) {
-        layer_state *st = &s->layers[l];
-        int32_t ratio = c->compress_ratio[l];
-        st->window = calloc((size_t)c->window_size * c->head_dim, sizeof(float));
-        if (!st->window) goto oom;
-        if (!c->is_kv_source[l]) continue;
-        size_t groups = (size_t)(c->max_seq_len / ratio) + 1;
-        st->ckv = calloc(groups * c->head_dim, sizeof(float));
-        st->ik = calloc(groups * c->index_head_dim, sizeof(float));
-        st->kv_state = calloc((size_t)ratio * c->head_dim, sizeof(float));
-        st->score_state = malloc((size_t)ratio * c->head_dim * sizeof(float));
-        if (!st->ckv || !st->ik || !st->kv_state || !st->score_state) goto oom;
-    }
-    session_clear(s);
-    dist_session_new(s);
-    return s;
-oom:
-    set_error("out of memory creating a session");
-    dsv41_session_free(s);
-    return NULL;
-}
-
-void dsv41_session_free(dsv41_session *s) {
-    if (!s) return;
-    dist_session_free(s);
-    for (int32_t l = 0; s->layers && l < s->m->cfg.n_layers; l++) {
-        layer_state *st = &s->layers[l];
-        free(st->window);
-        free(st->ckv);
-        free(st->ik);
-        free(st->kv_state);
-        free(st->score_state);
-    }
-    free(s->layers);
-    free(s->ngram_cache);
-    free(s->shared.topk);
-    free(s->shared.cand);
-    free(s);
-}
-
-int32_t dsv41_session_pos(const dsv41_session *s) { return s->pos; }
-
 /* The shared slots as the golden records them after a source layer: the used prefix of the
  * published caches and the current top-k / candidate rows. */
 static void trace_shared(const dsv41_session *s, int32_t l, int64_t T, dsv41_trace *tr) {
@@ -186,7 +116,7 @@ static int forward_call(dsv41_session *s, const int32_t *ids, int64_t T, float *
     for (int32_t l = 0; l < c->n_layers; l++) {
         if (s->pos == 0 && cancelled(s)) {
             scratch_end(mark);
-            session_clear(s);
+            session_clear(s, s->pos + (int32_t)T); /* the layers done wrote rows up to pos + T */
             return set_error("forward: cancelled");
         }
         block(s, l, T, hashes, h, pre_mix, tr);
@@ -203,6 +133,9 @@ static int forward_call(dsv41_session *s, const int32_t *ids, int64_t T, float *
     else if (tr || logits) linear(&m->head, xn + first * dim, T - first, lg);
     trace_f32(tr, lg, 3, (int64_t[]){1, T, V}, "logits_full");
     if (logits) memcpy(logits, all ? lg : lg + (T - 1 - first) * V, (size_t)(all ? T * V : V) * sizeof *logits);
+    s->has_logits = tr || logits;
+    if (s->has_logits) memcpy(s->logits, lg + (T - 1 - first) * V, (size_t)V * sizeof *lg);
+    memcpy(s->tokens + s->pos, ids, (size_t)T * sizeof *ids);
     s->pos += (int32_t)T;
     scratch_end(mark);
     return 0;
@@ -253,9 +186,26 @@ int dsv41_session_forward_all(dsv41_session *s, const int32_t *ids, int32_t n, f
     return forward(s, ids, n, logits, 1, NULL);
 }
 
-void dsv41_session_cancel(dsv41_session *s) { atomic_store(&s->cancel, 1); }
+/* Every session's tokens checked before any runs, so a wrong input changes none of them. */
+static int check_batch(dsv41_session *const *s, const int32_t *const *ids, const int32_t *n, int32_t count) {
+    if (count < 1 || !s || !ids || !n) return set_error("batch: no sessions");
+    for (int32_t i = 0; i < count; i++) {
+        if (!s[i] || !ids[i]) return set_error("batch: session %d is missing", i);
+        if (s[i]->m != s[0]->m) return set_error("batch: session %d belongs to another model", i);
+        for (int32_t k = 0; k < i; k++)
+            if (s[k] == s[i]) return set_error("batch: session %d appears twice", i);
+        if (s[i]->pos > 0 && n[i] != 1)
+            return set_error("batch: session %d is at position %d and feeds %d tokens (one token after a prefill)", i,
+                             s[i]->pos, n[i]);
+        if (check_call(s[i], ids[i], n[i])) return set_error("batch: session %d: %s", i, dsv41_error());
+    }
+    return 0;
+}
 
-void dsv41_session_set_progress(dsv41_session *s, void (*fn)(void *ctx, int32_t done, int32_t total), void *ctx) {
-    s->progress = fn;
-    s->progress_ctx = ctx;
+int dsv41_batch_forward(dsv41_session *const *s, const int32_t *const *ids, const int32_t *n, int32_t count,
+                        float *const *logits) {
+    if (check_batch(s, ids, n, count)) return -1;
+    for (int32_t i = 0; i < count; i++)
+        if (forward(s[i], ids[i], n[i], logits ? logits[i] : NULL, 0, NULL)) return -1;
+    return 0;
 }

@@ -218,6 +218,9 @@ struct dsv41_session {
     const dsv41_model *m;
     int32_t pos;                            /* tokens consumed so far */
     int64_t *ngram_cache;                   /* [max_seq_len] compressed ids */
+    int32_t *tokens;                        /* [max_seq_len] the ids fed so far, [pos] of them */
+    float *logits;                          /* [vocab_size] the last fed token's logits, when has_logits */
+    int32_t has_logits;                     /* the call that fed it computed them */
     layer_state *layers;                    /* [n_layers] */
     shared_slots shared;
     int32_t dist_id;                        /* the leader's handle when the model is split */
@@ -225,6 +228,10 @@ struct dsv41_session {
     void *progress_ctx;
     atomic_int cancel;                      /* a dsv41_session_cancel request not yet served */
 };
+
+/* Empties s to position 0 as a new session is. Compressed rows are zeroed up to position reach
+ * only: rows past the closed groups of every position a call reached are zero already. */
+void session_clear(dsv41_session *s, int32_t reach);
 
 /* The Engram compressed token map of a tokenizer: map [vocab]; returns the number of distinct
  * compressed ids, or -1. */

@@ -1,0 +1,165 @@
+/* session.c - a session's state: made, emptied, copied, freed.
+ *
+ * A session owns every cache of one sequence at full context size (allocated once, so a forward
+ * call never allocates), the ids it was fed and the logits of the last one. A copy moves only
+ * what the position uses: the compressed caches fill from row 0 and the rows past the position's
+ * closed groups are always zero, which is what makes a copy of a short sequence cheap at any
+ * context size. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist.h"
+
+/* Compressed rows a kv-source layer of ratio `ratio` has closed at position pos. */
+static size_t closed_groups(int32_t pos, int32_t ratio) { return (size_t)(pos / ratio); }
+
+void session_clear(dsv41_session *s, int32_t reach) {
+    const config *c = &s->m->cfg;
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        layer_state *st = &s->layers[l];
+        size_t ratio = (size_t)c->compress_ratio[l], used = ratio ? closed_groups(reach, (int32_t)ratio) : 0;
+        memset(st->window, 0, (size_t)c->window_size * c->head_dim * sizeof(float));
+        if (!c->is_kv_source[l]) continue;
+        memset(st->ckv, 0, used * c->head_dim * sizeof(float));
+        memset(st->ik, 0, used * c->index_head_dim * sizeof(float));
+        memset(st->kv_state, 0, ratio * c->head_dim * sizeof(float));
+        for (size_t i = 0; i < ratio * c->head_dim; i++) st->score_state[i] = -INFINITY;
+    }
+    memset(s->ngram_cache, 0, (size_t)reach * sizeof *s->ngram_cache);
+    s->pos = 0;
+    s->has_logits = 0;
+    s->shared.compress_kv = s->shared.index_k = NULL;
+    s->shared.topk_rows = s->shared.topk_width = s->shared.cand_rows = s->shared.cand_width = 0;
+}
+
+dsv41_session *dsv41_session_new(const dsv41_model *m) {
+    const config *c = &m->cfg;
+    dsv41_session *s = calloc(1, sizeof *s);
+    if (!s) goto oom;
+    s->m = m;
+    atomic_init(&s->cancel, 0);
+    s->ngram_cache = calloc((size_t)c->max_seq_len, sizeof *s->ngram_cache);
+    s->tokens = calloc((size_t)c->max_seq_len, sizeof *s->tokens);
+    s->logits = calloc((size_t)c->vocab_size, sizeof *s->logits);
+    s->layers = calloc((size_t)c->n_layers, sizeof *s->layers);
+    if (!s->ngram_cache || !s->tokens || !s->logits || !s->layers) goto oom;
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        layer_state *st = &s->layers[l];
+        int32_t ratio = c->compress_ratio[l];
+        st->window = calloc((size_t)c->window_size * c->head_dim, sizeof(float));
+        if (!st->window) goto oom;
+        if (!c->is_kv_source[l]) continue;
+        size_t groups = closed_groups(c->max_seq_len, ratio) + 1;
+        st->ckv = calloc(groups * c->head_dim, sizeof(float));
+        st->ik = calloc(groups * c->index_head_dim, sizeof(float));
+        st->kv_state = calloc((size_t)ratio * c->head_dim, sizeof(float));
+        st->score_state = malloc((size_t)ratio * c->head_dim * sizeof(float));
+        if (!st->ckv || !st->ik || !st->kv_state || !st->score_state) goto oom;
+    }
+    session_clear(s, 0);
+    dist_session_new(s);
+    return s;
+oom:
+    set_error("out of memory creating a session");
+    dsv41_session_free(s);
+    return NULL;
+}
+
+void dsv41_session_free(dsv41_session *s) {
+    if (!s) return;
+    dist_session_free(s);
+    for (int32_t l = 0; s->layers && l < s->m->cfg.n_layers; l++) {
+        layer_state *st = &s->layers[l];
+        free(st->window);
+        free(st->ckv);
+        free(st->ik);
+        free(st->kv_state);
+        free(st->score_state);
+    }
+    free(s->layers);
+    free(s->ngram_cache);
+    free(s->tokens);
+    free(s->logits);
+    free(s->shared.topk);
+    free(s->shared.cand);
+    free(s);
+}
+
+int32_t dsv41_session_pos(const dsv41_session *s) { return s->pos; }
+
+const int32_t *dsv41_session_tokens(const dsv41_session *s, int32_t *n) {
+    *n = s->pos;
+    return s->tokens;
+}
+
+const float *dsv41_session_logits(const dsv41_session *s) { return s->has_logits ? s->logits : NULL; }
+
+int dsv41_session_reset(dsv41_session *s) {
+    if (s->m->part.n_ranks > 1) return set_error("session: reset is not supported on a model split over ranks");
+    session_clear(s, s->pos);
+    return 0;
+}
+
+/* The kv-source layer whose cache p points into, for the shared slots of a copy. */
+static int32_t slot_layer(const dsv41_session *s, const float *p, int index_keys) {
+    for (int32_t l = 0; p && l < s->m->cfg.n_layers; l++)
+        if (p == (index_keys ? s->layers[l].ik : s->layers[l].ckv)) return l;
+    return -1;
+}
+
+/* n bytes of src into *dst, growing it (capacity *cap) when needed */
+static int copy_grow(void **dst, size_t *cap, const void *src, size_t n) {
+    if (n > *cap) {
+        void *p = realloc(*dst, n);
+        if (!p) return -1;
+        *dst = p;
+        *cap = n;
+    }
+    if (n) memcpy(*dst, src, n);
+    return 0;
+}
+
+int dsv41_session_copy(dsv41_session *dst, const dsv41_session *src) {
+    const config *c = &src->m->cfg;
+    if (dst->m != src->m) return set_error("session: a copy needs two sessions of one model");
+    if (src->m->part.n_ranks > 1) return set_error("session: copy is not supported on a model split over ranks");
+    if (dst == src) return 0;
+    shared_slots *dsh = &dst->shared;
+    const shared_slots *ssh = &src->shared;
+    if (copy_grow((void **)&dsh->topk, &dsh->topk_cap, ssh->topk, (size_t)ssh->topk_rows * ssh->topk_width * sizeof *ssh->topk) ||
+        copy_grow((void **)&dsh->cand, &dsh->cand_cap, ssh->cand, (size_t)ssh->cand_rows * ssh->cand_width))
+        return set_error("out of memory copying a session");
+    session_clear(dst, dst->pos);
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        layer_state *d = &dst->layers[l];
+        const layer_state *sr = &src->layers[l];
+        memcpy(d->window, sr->window, (size_t)c->window_size * c->head_dim * sizeof(float));
+        if (!c->is_kv_source[l]) continue;
+        size_t ratio = (size_t)c->compress_ratio[l], used = closed_groups(src->pos, (int32_t)ratio);
+        memcpy(d->ckv, sr->ckv, used * c->head_dim * sizeof(float));
+        memcpy(d->ik, sr->ik, used * c->index_head_dim * sizeof(float));
+        memcpy(d->kv_state, sr->kv_state, ratio * c->head_dim * sizeof(float));
+        memcpy(d->score_state, sr->score_state, ratio * c->head_dim * sizeof(float));
+    }
+    memcpy(dst->ngram_cache, src->ngram_cache, (size_t)src->pos * sizeof *src->ngram_cache);
+    memcpy(dst->tokens, src->tokens, (size_t)src->pos * sizeof *src->tokens);
+    memcpy(dst->logits, src->logits, (size_t)c->vocab_size * sizeof *src->logits);
+    dst->has_logits = src->has_logits;
+    dst->pos = src->pos;
+    int32_t lk = slot_layer(src, ssh->compress_kv, 0), li = slot_layer(src, ssh->index_k, 1);
+    dsh->compress_kv = lk >= 0 ? dst->layers[lk].ckv : NULL;
+    dsh->index_k = li >= 0 ? dst->layers[li].ik : NULL;
+    dsh->topk_rows = ssh->topk_rows;
+    dsh->topk_width = ssh->topk_width;
+    dsh->cand_rows = ssh->cand_rows;
+    dsh->cand_width = ssh->cand_width;
+    return 0;
+}
+
+void dsv41_session_cancel(dsv41_session *s) { atomic_store(&s->cancel, 1); }
+
+void dsv41_session_set_progress(dsv41_session *s, void (*fn)(void *ctx, int32_t done, int32_t total), void *ctx) {
+    s->progress = fn;
+    s->progress_ctx = ctx;
+}
