@@ -9,8 +9,10 @@ tally() { # $1: a program's output; adds its closing line's counts
 }
 for t in "$@" tests/cli.sh tests/cli_text.sh tests/cli_chat.sh tests/cli_input.sh tests/cli_guard.sh tests/cli_skeleton.sh tests/serve.sh tests/neon.sh tests/load.sh tests/python.sh tests/install.sh; do
     echo "== $t"
+    t0=$(date +%s)
     out=$("$t" 2>&1); rc=$?
     printf '%s\n' "$out"
+    echo "-- $t: $(($(date +%s) - t0)) s" # where CI's minutes go
     tally "$out"
     [ $rc -ne 0 ] && [ "$(printf '%s\n' "$out" | grep -cE '^[0-9]+ passed, 0 failed$')" -gt 0 ] && failed=$((failed + 1))
 done
