@@ -122,6 +122,12 @@ int dsv41_session_save(const dsv41_session *s, const char *path);
  * identity, sizes, checksum); on any mismatch it returns -1 with a one-line message and s is
  * left as it was. */
 int dsv41_session_load(dsv41_session *s, const char *path);
+/* The same with n bytes of the caller's own data stored in the file (covered by its checksum),
+ * and read back into *data (malloc'd, NULL when n is 0; the caller frees it) and *n. A program
+ * that keeps state beside the session (a chat's sampler) saves both in one file that appears
+ * whole or not at all. load_data with data NULL ignores the stored bytes. */
+int dsv41_session_save_data(const dsv41_session *s, const char *path, const void *data, size_t n);
+int dsv41_session_load_data(dsv41_session *s, const char *path, void **data, size_t *n);
 /* Calls fn after each layer of every forward call (a progress line for long prefills) until it
  * is set again; NULL turns it off. */
 void dsv41_session_set_progress(dsv41_session *s, void (*fn)(void *ctx, int32_t done, int32_t total), void *ctx);
@@ -183,6 +189,10 @@ typedef struct dsv41_sampler dsv41_sampler;
 dsv41_sampler *dsv41_sampler_new(const dsv41_sampler_params *p, int32_t vocab_size);
 void dsv41_sampler_free(dsv41_sampler *s);
 int32_t dsv41_sample(dsv41_sampler *s, const float *logits);
+/* The sampler's random stream position, and setting it back: a saved conversation restores it
+ * so that its next draws are the ones the original would make. */
+uint64_t dsv41_sampler_state(const dsv41_sampler *s);
+void dsv41_sampler_set_state(dsv41_sampler *s, uint64_t state);
 /* Applies p's penalties to logits [vocab_size] in place, for the tokens among the last
  * p->penalty_last_n of history [n] (prompt and generated ids, oldest first); call it before
  * dsv41_sample. Returns 0, or -1 for an id outside the vocabulary or out of memory. */

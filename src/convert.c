@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "files.h"
 #include "filler.h"
 #include "golden.h"
 #include "inventory.h"
@@ -405,12 +406,8 @@ static void remove_tree(const char *dir) {
     rmdir(dir);
 }
 
-/* fsync of a directory, so that the names in it (new files, a rename) survive a crash */
 static int sync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int ok = fd >= 0 && fsync(fd) == 0;
-    if (fd >= 0) close(fd);
-    return ok ? 0 : set_error("%s: cannot sync the directory: %s", dir, strerror(errno));
+    return file_sync_dir(dir) ? set_error("%s: cannot sync the directory: %s", dir, strerror(errno)) : 0;
 }
 
 /* The directory: o's tensors in nshards shards (their data from r, or holes without one), the

@@ -26,3 +26,12 @@ int file_open_regular(const char *path, char *err, size_t errlen) {
     }
     return fd;
 }
+
+int file_sync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd), e = errno;
+    close(fd);
+    errno = e;
+    return rc;
+}

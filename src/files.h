@@ -9,4 +9,8 @@
  * reading would block until a writer appears. */
 int file_open_regular(const char *path, char *err, size_t errlen);
 
+/* fsync of the directory dir, so that the names in it (a new file, a rename) survive a crash.
+ * 0, or -1 with errno. */
+int file_sync_dir(const char *dir);
+
 #endif

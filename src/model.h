@@ -184,6 +184,7 @@ struct dsv41_model {
     size_t n_maps;
     struct { int64_t tensors, unread, bytes; int32_t shards; } file; /* a loaded checkpoint: all its tensors, those
                                                                       * the text pass leaves unread, data bytes */
+    _Atomic uint64_t identity;              /* weights_identity() once computed, 0 before (session_file.c) */
 };
 
 void *model_alloc(dsv41_model *m, size_t bytes); /* zeroed, freed with the model */
@@ -232,6 +233,11 @@ struct dsv41_session {
 /* Empties s to position 0 as a new session is. Compressed rows are zeroed up to position reach
  * only: rows past the closed groups of every position a call reached are zero already. */
 void session_clear(dsv41_session *s, int32_t reach);
+/* The kv-source layer whose cache p points into (index_keys: its ik, else its ckv), or -1: what
+ * the shared slots point to, told by layer so a copy or a file can point into its own caches. */
+int32_t slot_layer(const dsv41_session *s, const float *p, int index_keys);
+/* Grows the malloc'd *buf (capacity *cap bytes) to hold n bytes; its contents stay. 0 or -1. */
+int buffer_grow(void **buf, size_t *cap, size_t n);
 
 /* The Engram compressed token map of a tokenizer: map [vocab]; returns the number of distinct
  * compressed ids, or -1. */

@@ -101,21 +101,24 @@ int dsv41_session_reset(dsv41_session *s) {
     return 0;
 }
 
-/* The kv-source layer whose cache p points into, for the shared slots of a copy. */
-static int32_t slot_layer(const dsv41_session *s, const float *p, int index_keys) {
+int32_t slot_layer(const dsv41_session *s, const float *p, int index_keys) {
     for (int32_t l = 0; p && l < s->m->cfg.n_layers; l++)
         if (p == (index_keys ? s->layers[l].ik : s->layers[l].ckv)) return l;
     return -1;
 }
 
+int buffer_grow(void **buf, size_t *cap, size_t n) {
+    if (n <= *cap) return 0;
+    void *p = realloc(*buf, n);
+    if (!p) return -1;
+    *buf = p;
+    *cap = n;
+    return 0;
+}
+
 /* n bytes of src into *dst, growing it (capacity *cap) when needed */
 static int copy_grow(void **dst, size_t *cap, const void *src, size_t n) {
-    if (n > *cap) {
-        void *p = realloc(*dst, n);
-        if (!p) return -1;
-        *dst = p;
-        *cap = n;
-    }
+    if (buffer_grow(dst, cap, n)) return -1;
     if (n) memcpy(*dst, src, n);
     return 0;
 }
