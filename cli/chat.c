@@ -299,8 +299,8 @@ static char *read_message(int tty) {
 static const char CHAT_HELP[] =
     "/help          this text\n"
     "/reset         start a new conversation\n"
-    "/save NAME     save the conversation (not supported yet)\n"
-    "/load NAME     load a saved conversation (not supported yet)\n"
+    "/save NAME     save the conversation to the file NAME\n"
+    "/load NAME     continue the conversation saved in the file NAME\n"
     "/quit          leave (so does Ctrl-D)\n"
     "a line ending in \\ continues on the next line; \"\"\" on its own line opens and closes a block\n"
     "Ctrl-C stops a reply\n";
@@ -313,6 +313,60 @@ static int restart(chat_state *c) {
     if (!c->s) return fail(dsv41_error());
     cli_cancel_target(c->s);
     return 0;
+}
+
+/* What a saved conversation keeps beside the session, as the file's own data: a tag and the
+ * sampler's stream state (little-endian), so that a loaded conversation samples the next reply
+ * as the original would. The session holds the rest: every id fed (the penalties' history) and
+ * the last logits; the text of the turns is not needed, since a turn only appends. */
+#define SAVE_TAG "dsv41cht"
+enum { SAVE_BYTES = 16 };
+
+/* The argument of `/cmd ARG`, or NULL when line is not that command ("" when ARG is missing). */
+static const char *command_arg(const char *line, const char *cmd) {
+    size_t n = strlen(cmd);
+    if (strncmp(line, cmd, n) || (line[n] && line[n] != ' ')) return NULL;
+    for (line += n; *line == ' ';) line++;
+    return line;
+}
+
+static void save_chat(chat_state *c, const char *name) {
+    uint8_t data[SAVE_BYTES];
+    uint64_t st = dsv41_sampler_state(c->smp);
+    memcpy(data, SAVE_TAG, 8);
+    for (int i = 0; i < 8; i++) data[8 + i] = (uint8_t)(st >> 8 * i);
+    if (dsv41_session_save_data(c->s, name, data, sizeof data)) fail(dsv41_error());
+    else fprintf(stderr, "(saved %d tokens to %s)\n", dsv41_session_pos(c->s), name);
+}
+
+/* Loads into a new session and takes it only when all of it fits this chat: on any error the
+ * conversation goes on as it was. Returns 1 when loaded. */
+static int load_chat(chat_state *c, const char *name) {
+    dsv41_session *s = dsv41_session_new(c->m);
+    void *data = NULL;
+    size_t n = 0;
+    int32_t pos = 0, ok = 0;
+    if (!s || dsv41_session_load_data(s, name, &data, &n)) fail(dsv41_error());
+    else if (n != SAVE_BYTES || memcmp(data, SAVE_TAG, 8)) fprintf(stderr, "dsv41: %s: not saved by dsv41 chat\n", name);
+    else if ((pos = dsv41_session_pos(s)) >= c->ctx)
+        fprintf(stderr, "dsv41: %s: holds %d tokens; the context here is %d\n", name, pos, c->ctx);
+    else if (pos > 0 && !dsv41_session_logits(s)) fprintf(stderr, "dsv41: %s: has no logits to continue from\n", name);
+    else ok = 1;
+    if (!ok) { free(data); dsv41_session_free(s); return 0; }
+    uint64_t st = 0;
+    for (int i = 7; i >= 0; i--) st = st << 8 | ((const uint8_t *)data)[8 + i];
+    free(data);
+    dsv41_sampler_set_state(c->smp, st);
+    int32_t n_ids;
+    const int32_t *ids = dsv41_session_tokens(s, &n_ids);
+    memcpy(c->hist, ids, (size_t)n_ids * sizeof *c->hist);
+    if (pos > 0) memcpy(c->logits, dsv41_session_logits(s), (size_t)c->V * sizeof *c->logits);
+    cli_cancel_target(NULL); /* the handler must never see the session being freed */
+    dsv41_session_free(c->s);
+    c->s = s;
+    cli_cancel_target(c->s);
+    fprintf(stderr, "(loaded %d tokens from %s)\n", pos, name);
+    return 1;
 }
 
 int cmd_chat(int argc, char **argv) {
@@ -329,10 +383,10 @@ int cmd_chat(int argc, char **argv) {
     for (char *line; (cli_signal = 0, line = read_message(tty)); free(line)) {
         if (!strcmp(line, "/quit")) { free(line); break; }
         if (!strcmp(line, "/help")) { fputs(CHAT_HELP, stderr); continue; }
-        if (!strncmp(line, "/save", 5) || !strncmp(line, "/load", 5)) {
-            fprintf(stderr, "%.5s: saving and loading a conversation is not supported yet\n", line);
-            continue;
-        }
+        const char *save = command_arg(line, "/save"), *load = command_arg(line, "/load"), *arg = save ? save : load;
+        if (arg && !*arg) { fprintf(stderr, "usage: %s NAME\n", save ? "/save" : "/load"); continue; }
+        if (save) { save_chat(&c, save); continue; }
+        if (load) { if (load_chat(&c, load)) started = dsv41_session_pos(c.s) > 0; continue; }
         if (!strcmp(line, "/reset")) {
             if (restart(&c)) { rc = 1; free(line); break; }
             started = 0;

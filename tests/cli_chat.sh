@@ -102,12 +102,32 @@ b=$($dsv41 run -m "$tmp/m" -p "hello there" --seed 1 --repeat-penalty 1.1 --spec
 expect_error "run -f with a missing file" $dsv41 run -m "$tmp/m" -f "$tmp/none.txt"
 
 # chat's own commands and multi-line messages never reach the model
-printf '/help\n/save x\n/load x\n/bogus\nline one\\\nline two\n"""\nblock one\nblock two\n"""\n/quit\n' |
+printf '/help\n/save\n/load\n/bogus\nline one\\\nline two\n"""\nblock one\nblock two\n"""\n/quit\n' |
     $dsv41 chat -m "$tmp/m" -n 5 --temp 0 >"$tmp/out" 2>"$tmp/err"; rc=$?
-[ $rc -eq 0 ] && grep -q '^/save NAME' "$tmp/err" && grep -q '^/save: .*not supported yet' "$tmp/err" &&
-    grep -q '^/load: .*not supported yet' "$tmp/err" && grep -q 'unknown command /bogus' "$tmp/err" &&
+[ $rc -eq 0 ] && grep -q '^/save NAME' "$tmp/err" && grep -q '^usage: /save NAME' "$tmp/err" &&
+    grep -q '^usage: /load NAME' "$tmp/err" && grep -q 'unknown command /bogus' "$tmp/err" &&
     grep -qE 'generated: 10 tokens' "$tmp/err" && [ "$(wc -l <"$tmp/out")" -eq 2 ] && ok ||
     bad "chat commands and multi-line input: rc=$rc, $(cat "$tmp/err")"
+
+# /save and /load across processes: a conversation saved after its first turn and loaded in a
+# new chat gives the second reply the first process gives (sampled, so the sampler's state and
+# the penalties' history must come back too); the first process's whole output is its first
+# reply then its second
+opts="-n 12 --temp 0.9 --top-p 0.9 --seed 7 --repeat-penalty 1.3"
+printf 'hello\nhow are you\n/quit\n' | $dsv41 chat -m "$tmp/m" $opts >"$tmp/both" 2>/dev/null
+printf 'hello\n/save %s\n/quit\n' "$tmp/conv" | $dsv41 chat -m "$tmp/m" $opts >"$tmp/first" 2>"$tmp/err1"
+printf '/load %s\nhow are you\n/quit\n' "$tmp/conv" | $dsv41 chat -m "$tmp/m" $opts >"$tmp/second" 2>"$tmp/err2"; rc=$?
+[ $rc -eq 0 ] && [ -s "$tmp/second" ] && grep -q "saved .* tokens" "$tmp/err1" && grep -q "loaded .* tokens" "$tmp/err2" &&
+    [ "$(cat "$tmp/first" "$tmp/second")" = "$(cat "$tmp/both")" ] && ok ||
+    bad "a saved conversation continues alike: rc=$rc, '$(cat "$tmp/both")' vs '$(cat "$tmp/first" "$tmp/second")' $(cat "$tmp/err1" "$tmp/err2")"
+# a bad /load is one line and the conversation goes on: the same second reply as without it
+printf 'not a session' >"$tmp/junk"
+printf 'hello\n/load %s\n/load %s\n/load %s/none\nhow are you\n/quit\n' "$tmp/junk" "$tmp" "$tmp" |
+    $dsv41 chat -m "$tmp/m" $opts >"$tmp/out" 2>"$tmp/err"; rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c "^dsv41: .*$tmp" "$tmp/err")" -eq 3 ] && cmp -s "$tmp/out" "$tmp/both" && ok ||
+    bad "failed loads leave the conversation: rc=$rc, $(cat "$tmp/err")"
+printf 'hello\n/save %s/no/such/dir/x\n/quit\n' "$tmp" | $dsv41 chat -m "$tmp/m" -n 4 --temp 0 >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 0 ] && grep -q "^dsv41: $tmp/no/such/dir/x: " "$tmp/err" && ok || bad "a failed save: rc=$rc, $(cat "$tmp/err")"
 
 # a turn of 64+ tokens on a terminal: the prefill's layer display is gone before the reply
 # streams, and the reply arrives whole (it once was erased by a redraw after every token)
