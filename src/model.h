@@ -236,6 +236,8 @@ void session_clear(dsv41_session *s, int32_t reach);
 /* The kv-source layer whose cache p points into (index_keys: its ik, else its ckv), or -1: what
  * the shared slots point to, told by layer so a copy or a file can point into its own caches. */
 int32_t slot_layer(const dsv41_session *s, const float *p, int index_keys);
+/* The 64-bit checksum a session file ends with, of p [n] (session_file.c). */
+uint64_t checksum64(const void *p, size_t n);
 /* Grows the malloc'd *buf (capacity *cap bytes) to hold n bytes; its contents stay. 0 or -1. */
 int buffer_grow(void **buf, size_t *cap, size_t n);
 

@@ -64,6 +64,12 @@ static uint64_t hash_end(const hasher *hs) {
 /* hash_bytes fills a word before it mixes it, so the tail is kept at zero past its bytes */
 static hasher hash_start(void) { return (hasher){0x6473763431736573ULL, 0, {0}}; }
 
+uint64_t checksum64(const void *p, size_t n) {
+    hasher hs = hash_start();
+    hash_bytes(&hs, p, n);
+    return hash_end(&hs);
+}
+
 /* ---- the model's identity */
 
 /* The config values that define shapes and numerics: the struct's runs of fields without
@@ -226,7 +232,7 @@ typedef struct {
     int32_t topk_rows, topk_width, cand_rows, cand_width;
 } counts;
 
-/* The body after the header, in its order: ids [pos] i32, n-gram cache [pos] i64, logits
+/* The body after the header, in its order: ids [pos] i32, logits
  * [vocab] f32 when has_logits, per layer the window ring's used rows and, for a kv source, its
  * closed compressed rows, index-key rows and compressor tail, then the shared topk [rows][width]
  * i32 and candidate mask [rows][width] u8. Writes s (st->f), or checks that the file holds it
@@ -234,7 +240,7 @@ typedef struct {
 static int walk_state(stream *st, dsv41_session *s, const counts *k, int apply) {
     const config *c = &s->m->cfg;
     size_t pos = (size_t)k->pos;
-    if (walk_array(st, s->tokens, pos, 4, apply) || walk_array(st, s->ngram_cache, pos, 8, apply)) return -1;
+    if (walk_array(st, s->tokens, pos, 4, apply)) return -1;
     if (k->has_logits && walk_array(st, s->logits, (size_t)c->vocab_size, 4, apply)) return -1;
     for (int32_t l = 0; l < c->n_layers; l++) {
         layer_state *L = &s->layers[l];
@@ -344,17 +350,52 @@ static int read_all(const char *path, uint8_t **buf, size_t *n) {
     return 0;
 }
 
-/* 0 when the header's counts fit s's model, else -1 after a message. */
+/* The last layer at or below n_layers whose role is `kv` (a kv source) or else an index source
+ * that scored something at position pos (its compressed entries pos / ratio > 0); -1: none. */
+static int32_t last_layer(const config *c, int kv, int32_t pos) {
+    for (int32_t l = c->n_layers - 1; l >= 0; l--) {
+        int32_t r = c->compress_ratio[l];
+        if (r > 0 && (kv ? c->is_kv_source[l] : c->is_index_source[l] && pos / r > 0)) return l;
+    }
+    return -1;
+}
+
+/* 0 when the header's counts are those a session of s's model can have at the position, else
+ * -1 after a message. The shared slots are what the last call left: its last indexer's top-k
+ * [T][min(index_topk, pos / ratio)] and the candidate layer's mask [T][pos / ratio], T being 1
+ * (a decode or append) or pos (a prefill); compress_kv names the last kv source. Only the
+ * index-key slot depends on older calls, so it is checked to name a kv source. These checks keep
+ * a crafted file (the checksum is no signature) from sizing a later call's reads. */
 static int check_counts(const dsv41_session *s, const counts *k, const char *path) {
     const config *c = &s->m->cfg;
-    if (k->pos < 0 || k->pos > c->max_seq_len || (k->has_logits != 0 && k->has_logits != 1))
-        return set_error("session: %s: bad position %d or logits flag %d", path, k->pos, k->has_logits);
-    int32_t layers[2] = {k->kv_layer, k->ik_layer};
-    for (int i = 0; i < 2; i++)
-        if (layers[i] < -1 || layers[i] >= c->n_layers || (layers[i] >= 0 && !c->is_kv_source[layers[i]]))
-            return set_error("session: %s: a shared slot names layer %d, which owns no cache", path, layers[i]);
-    if (k->topk_rows < 0 || k->topk_width < 0 || k->cand_rows < 0 || k->cand_width < 0)
-        return set_error("session: %s: negative shared-slot sizes", path);
+    int32_t pos = k->pos, pub = last_layer(c, 0, pos), cl = c->candidate_source_layer, kv = pos ? last_layer(c, 1, pos) : -1;
+    if (pos < 0 || pos > c->max_seq_len || (k->has_logits != 0 && k->has_logits != (pos > 0)))
+        return set_error("session: %s: bad position %d or logits flag %d", path, pos, k->has_logits);
+    int cand = pub >= 0 && cl >= 0 && cl < c->n_layers && c->is_index_source[cl] && c->compress_ratio[cl] > 0 &&
+               pos / c->compress_ratio[cl] > 0;
+    int32_t rows = pub < 0 ? 0 : k->topk_rows, topk = pub < 0 ? 0 : pos / c->compress_ratio[pub];
+    if (topk > c->index_topk) topk = c->index_topk;
+    if (k->kv_layer != kv || k->ik_layer < -1 || k->ik_layer >= c->n_layers || (k->ik_layer >= 0 && !c->is_kv_source[k->ik_layer]) ||
+        (pos == 0 && k->ik_layer != -1))
+        return set_error("session: %s: its shared slots name layers %d and %d, which this model cannot have there", path,
+                         k->kv_layer, k->ik_layer);
+    if (k->topk_rows != rows || (pub >= 0 && rows != 1 && rows != pos) || k->topk_width != topk ||
+        k->cand_rows != (cand ? rows : 0) || k->cand_width != (cand ? pos / c->compress_ratio[cl] : 0))
+        return set_error("session: %s: its shared slots are not what position %d leaves", path, pos);
+    return 0;
+}
+
+/* 0 when every top-k entry of the file is -1 or one of the rows the call that wrote it could
+ * attend: its window rows (the ring, or a prefill's own tokens), then the compressed entries. */
+static int check_topk(const dsv41_session *s, const counts *k, const uint8_t *p) {
+    const config *c = &s->m->cfg;
+    int32_t pub = last_layer(c, 0, k->pos);
+    int64_t rows = k->pos > c->window_size ? k->pos : c->window_size;
+    int64_t bound = pub < 0 ? 0 : rows + k->pos / c->compress_ratio[pub];
+    for (size_t i = 0; i < (size_t)k->topk_rows * (size_t)k->topk_width; i++) {
+        int32_t e = (int32_t)get_u32(p + 4 * i);
+        if (e < -1 || e >= bound) return -1;
+    }
     return 0;
 }
 
@@ -367,7 +408,6 @@ int dsv41_session_load_data(dsv41_session *s, const char *path, void **data, siz
     int rc = -1;
     counts k;
     stream st = {.p = buf, .n = n > 8 ? n - 8 : 0};
-    hasher hs = hash_start();
     const config *c = &s->m->cfg;
     void *copy = NULL;
     if (n == 0) { set_error("session: %s: the file is empty", path); goto out; }
@@ -378,8 +418,7 @@ int dsv41_session_load_data(dsv41_session *s, const char *path, void **data, siz
         goto out;
     }
     if (n < HEADER_BYTES + 8) { set_error("session: %s: truncated (%zu bytes)", path, n); goto out; }
-    hash_bytes(&hs, buf, n - 8);
-    if (hash_end(&hs) != load_le64(buf + n - 8)) { set_error("session: %s: checksum mismatch (the file is damaged or truncated)", path); goto out; }
+    if (checksum64(buf, n - 8) != load_le64(buf + n - 8)) { set_error("session: %s: checksum mismatch (the file is damaged or truncated)", path); goto out; }
     if (load_le64(buf + 16) != config_identity(c) || load_le64(buf + 24) != weights_identity(s->m)) {
         set_error("session: %s: saved with another model (its config or weights differ)", path);
         goto out;
@@ -389,16 +428,14 @@ int dsv41_session_load_data(dsv41_session *s, const char *path, void **data, siz
     uint64_t dn = load_le64(buf + 64);
     st.at = HEADER_BYTES;
     if (check_counts(s, &k, path)) goto out;
-    /* sizes vs what is left, before any product: rows and width each below the file's length */
-    size_t left = st.n - st.at;
-    if ((size_t)k.topk_rows > left || (size_t)k.topk_width > left || (size_t)k.cand_rows > left ||
-        (size_t)k.cand_width > left || (k.topk_width && (size_t)k.topk_rows > left / 4 / (size_t)k.topk_width) ||
-        (k.cand_width && (size_t)k.cand_rows > left / (size_t)k.cand_width) || walk_state(&st, s, &k, 0) ||
-        dn != st.n - st.at) {
-        set_error("session: %s: its sizes do not match its contents", path);
+    /* every count is now bounded by the model (rows <= max_seq_len, widths <= max_seq_len), so
+     * no product below overflows */
+    if (walk_state(&st, s, &k, 0) || dn != st.n - st.at) { set_error("session: %s: its sizes do not match its contents", path); goto out; }
+    size_t nt = (size_t)k.topk_rows * (size_t)k.topk_width * sizeof(int32_t), nc = (size_t)k.cand_rows * (size_t)k.cand_width;
+    if (check_topk(s, &k, buf + st.at - nc - nt)) { /* the top-k section ends the state, before the mask */
+        set_error("session: %s: a top-k entry points outside the cache", path);
         goto out;
     }
-    size_t nt = (size_t)k.topk_rows * (size_t)k.topk_width * sizeof(int32_t), nc = (size_t)k.cand_rows * (size_t)k.cand_width;
     if ((data && dn && !(copy = malloc(dn))) || buffer_grow((void **)&s->shared.topk, &s->shared.topk_cap, nt) ||
         buffer_grow((void **)&s->shared.cand, &s->shared.cand_cap, nc)) {
         set_error("session: %s: out of memory", path);
@@ -412,6 +449,7 @@ int dsv41_session_load_data(dsv41_session *s, const char *path, void **data, siz
     session_clear(s, s->pos);
     st.at = HEADER_BYTES;
     walk_state(&st, s, &k, 1);
+    for (int32_t i = 0; c->n_engram && i < k.pos; i++) s->ngram_cache[i] = c->engram_token_map[s->tokens[i]];
     s->pos = k.pos;
     s->has_logits = k.has_logits;
     s->shared.compress_kv = k.kv_layer >= 0 ? s->layers[k.kv_layer].ckv : NULL;

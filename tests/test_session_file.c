@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dsv41.h"
+#include "model.h"
 #include "testing.h"
 
 static char tmpdir[64];
@@ -50,11 +50,11 @@ static void test_round_trip(const dsv41_model *m, const char *name) {
     snprintf(path, sizeof path, "%s/rt.session", tmpdir);
     /* prefill length, decode steps after it, whether the last call asked for logits */
     static const struct { int32_t prefill, decode, logits; } cases[] = {
-        {0, 0, 0}, {1, 0, 1}, {3, 0, 1}, {5, 4, 1}, {6, 0, 0}, {12, 7, 1}, {20, 3, 1}};
+        {0, 0, 0}, {1, 0, 1}, {3, 0, 1}, {5, 4, 1}, {6, 0, 0}, {12, 7, 1}, {20, 3, 1}, {1, 30, 1}, {40, 9, 1}};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         dsv41_session *a = dsv41_session_new(m), *b = dsv41_session_new(m);
         float *lg = malloc((size_t)V * 4);
-        fill_ids(ids, 40, V, (int32_t)c);
+        fill_ids(ids, 64, V, (int32_t)c);
         int rc = 0;
         if (cases[c].prefill) rc |= dsv41_session_forward(a, ids, cases[c].prefill, cases[c].logits ? lg : NULL, NULL);
         for (int32_t i = 0; i < cases[c].decode; i++)
@@ -149,6 +149,26 @@ static void test_damage(const dsv41_model *m) {
     write_bytes(bad, bytes, n);
     bytes[8] = 1;
     CHECK(refused(b, ref, bad, V) && strstr(dsv41_error(), "version 2"), "a future version: %s", dsv41_error());
+    /* a crafted file with a valid checksum: counts a position cannot have, a top-k entry past
+     * the cache; the fields are the header's (docs/SESSION_FORMAT.md) */
+    static const struct { size_t at; int32_t value; const char *msg; } crafted[] = {
+        {32, 65, "position"}, {32, -1, "position"}, {36, 2, "logits"}, {40, 0, "layers"}, {44, 1, "layers"},
+        {48, 7, "shared slots"}, {52, 5, "shared slots"}, {56, 0, "shared slots"}, {60, 3, "shared slots"},
+        {64, 1, "sizes"}, {SIZE_MAX, 0, "top-k"}};
+    for (size_t i = 0; i < sizeof crafted / sizeof *crafted; i++) {
+        uint8_t *f = malloc(n);
+        memcpy(f, bytes, n);
+        uint32_t cnt[4]; /* topk rows, width, mask rows, width: the top-k then the mask end the state */
+        for (int c = 0; c < 4; c++) cnt[c] = (uint32_t)f[48 + 4 * c] | (uint32_t)f[49 + 4 * c] << 8;
+        size_t at = crafted[i].at != SIZE_MAX ? crafted[i].at : n - 8 - cnt[2] * cnt[3] - 4 * cnt[0] * cnt[1];
+        uint32_t v = crafted[i].at != SIZE_MAX ? (uint32_t)crafted[i].value : 99;
+        for (int b = 0; b < 4; b++) f[at + b] = (uint8_t)(v >> 8 * b);
+        uint64_t sum = checksum64(f, n - 8);
+        for (int b = 0; b < 8; b++) f[n - 8 + b] = (uint8_t)(sum >> 8 * b);
+        write_bytes(bad, f, n);
+        free(f);
+        CHECK(refused(b, ref, bad, V) && strstr(dsv41_error(), crafted[i].msg), "crafted case %zu: %s", i, dsv41_error());
+    }
     char missing[128];
     snprintf(missing, sizeof missing, "%s/none.session", tmpdir);
     CHECK(refused(b, ref, missing, V) && strstr(dsv41_error(), missing), "a missing file: %s", dsv41_error());
