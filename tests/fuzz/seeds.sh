@@ -10,7 +10,7 @@ out=$1
 shared=${DSV41_SHARED:-../shared}
 golden=${DSV41_GOLDEN:-$shared/golden/ds41_tiny_golden.json}
 rm -rf "$out"
-mkdir -p "$out/checkpoint" "$out/tokenizer" "$out/tokenize" "$out/chat" "$out/golden"
+mkdir -p "$out/checkpoint" "$out/tokenizer" "$out/tokenize" "$out/chat" "$out/golden" "$out/session"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 ./dsv41 convert --golden "$golden" --dtype bf16 -o "$work/bf16" >/dev/null
@@ -55,4 +55,10 @@ g = json.load(open(golden))
 put("golden", "tiny", json.dumps(g))
 g["fixture"]["regimes"] = ["prefill12"]
 put("golden", "tiny-prefill", json.dumps({k: g[k] for k in ("fixture", "weights_meta", "prefill12")}))
+
+# session (fuzz_session.c's modes): a real file of 14 ids, 4 fed one by one, with one byte
+# changed; the same with no change; a file of nothing but a header
+put("session", "real-flip", bytes([2, 14, 4] + list(range(3, 17)) + [40, 0, 1]))
+put("session", "real", bytes([2, 21, 0] + list(range(5, 26))))
+put("session", "header", bytes([1]) + b"DSV41SES" + bytes([1] + [0] * 71))
 PY
