@@ -277,8 +277,8 @@ static int write_file(const dsv41_session *s, FILE *f, const void *data, size_t 
     put_u32(h + 12, 0);
     put_u64(h + 16, config_identity(c));
     put_u64(h + 24, weights_identity(s->m));
-    const int32_t *kv = &k.pos;
-    for (int i = 0; i < 8; i++) put_u32(h + 32 + 4 * i, (uint32_t)kv[i]);
+    const int32_t v[8] = {k.pos, k.has_logits, k.kv_layer, k.ik_layer, k.topk_rows, k.topk_width, k.cand_rows, k.cand_width};
+    for (int i = 0; i < 8; i++) put_u32(h + 32 + 4 * i, (uint32_t)v[i]);
     put_u64(h + 64, data_n);
     out_bytes(st, h, sizeof h);
     walk_state(st, (dsv41_session *)s, &k, 0);
@@ -423,8 +423,9 @@ int dsv41_session_load_data(dsv41_session *s, const char *path, void **data, siz
         set_error("session: %s: saved with another model (its config or weights differ)", path);
         goto out;
     }
-    int32_t *kv = &k.pos;
-    for (int i = 0; i < 8; i++) kv[i] = (int32_t)get_u32(buf + 32 + 4 * i);
+    int32_t v[8];
+    for (int i = 0; i < 8; i++) v[i] = (int32_t)get_u32(buf + 32 + 4 * i);
+    k = (counts){v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
     uint64_t dn = load_le64(buf + 64);
     st.at = HEADER_BYTES;
     if (check_counts(s, &k, path)) goto out;
