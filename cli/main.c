@@ -123,18 +123,20 @@ static int cmd_synth(int argc, char **argv) {
 
 static int cmd_bench(int argc, char **argv) {
     const char *dir = NULL, *kernels = NULL;
-    int32_t threads = 0;
+    int32_t threads = 0, parallel = 0;
     int json = 0;
     const cli_opt opts[] = {
         {"-m|--model", "DIR", OPT_STR, &dir, 0, 0, NULL, OPT_REQUIRED, "the checkpoint to measure"},
         {"-t|--threads", "N", OPT_I32, &threads, 1, 256, NULL, "one per core", "the second thread count measured"},
+        {"--parallel", "N", OPT_I32, &parallel, 1, 256, NULL, "none", "also decode N sessions batched, beside one"},
         {"--json", NULL, OPT_FLAG, &json, 0, 0, NULL, "a table", "print one JSON object"},
         OPT_KERNELS(&kernels),
     };
     const cli_cmd cmd = {.name = "bench",
                          .synopsis = "-m DIR [options]",
                          .about = "Prefill and decode speed at 1 thread and at -t threads, against the triad bandwidth and the\n"
-                                  "FMA peak measured in the same run. Progress on stderr when it is a terminal.",
+                                  "FMA peak measured in the same run; with --parallel N, the decode of N sessions batched\n"
+                                  "into one forward per step, beside one session's, at -t threads. Progress on stderr when it is a terminal.",
                          .opts = opts,
                          .n_opts = N_OPTS(opts)};
     int rc = args_parse(&cmd, argc, argv);
@@ -142,7 +144,7 @@ static int cmd_bench(int argc, char **argv) {
     if (use_kernels(kernels)) return 2;
     dsv41_model *m = load_model(dir);
     if (!m) return fail();
-    rc = dsv41_bench(m, threads, json, stdout);
+    rc = dsv41_bench(m, threads, parallel, json, stdout);
     dsv41_model_free(m);
     return rc ? fail() : 0;
 }

@@ -244,6 +244,16 @@ static void sparse_attn(const float *q, const float *win, int32_t nwin, const fl
 
 /* Write this call's KV rows into the ring and return the rows attention reads, *n of them: the
  * chunk itself in a prefill, the whole ring in a decode. idx [T][stride] gets the window indices. */
+/* The projections of one layer's rows that attention, the compressor and the indexer read. */
+typedef struct {
+    float *q;     /* [T][H][hd] wq_b(q_norm(wq_a x)), rotated in place */
+    float *kv;    /* [T][hd] kv_norm(wkv x), rotated and quantized in place */
+    float *ckv;   /* kv source: [T][hd] comp_wkv x, else NULL */
+    float *cgate; /* kv source at ratio > 1: [T][hd] comp_wgate x, else NULL */
+    float *iq;    /* index source: [T][index_n_heads][index_head_dim] idx_wq_b qr, else NULL */
+    float *iw;    /* index source: [T][index_n_heads] idx_weights_proj x, else NULL */
+} attn_rows;
+
 static const float *window_update(dsv41_session *s, int32_t l, const float *kv, int64_t T, int32_t *idx,
                                   int32_t stride, int32_t *n) {
     const config *c = &s->m->cfg;
@@ -268,29 +278,24 @@ static const float *window_update(dsv41_session *s, int32_t l, const float *kv, 
     return ring;
 }
 
-/* x [T][dim] (attn_in) -> out [T][dim]; advances this layer's ring, caches and the shared slots */
-void attention(dsv41_session *s, int32_t l, const float *x, int64_t T, float *out, dsv41_trace *tr) {
+/* One session's part of a layer's attention, on its rows of the projections p (offset to its
+ * first row): RoPE at its positions, its window ring, compressor and indexer, the sparse
+ * attention over its own caches, and the output un-rotated into o [T][H][hd]. */
+static void attend(dsv41_session *s, int32_t l, const attn_rows *p, int64_t T, float *o, dsv41_trace *tr) {
     const dsv41_model *m = s->m;
     const config *c = &m->cfg;
     const layer_weights *L = &m->layers[l];
     int32_t H = c->n_heads, hd = c->head_dim, rd = c->rope_head_dim, W = c->window_size, ratio = c->compress_ratio[l];
-    int32_t G = c->o_groups, orank = c->o_lora_rank, gw = H * hd / G, pos = s->pos;
+    int32_t pos = s->pos;
     const rope_table *rt = ratio ? &m->rope_yarn : &m->rope_plain;
     int64_t clen = ratio ? (pos + T) / ratio : 0;
     /* the indexer's top-k never holds more than the compressed entries so far */
     int32_t wwidth = pos == 0 ? (int32_t)(T < W ? T : W) : W, cmax = (int32_t)(c->index_topk < clen ? c->index_topk : clen);
     int32_t stride = wwidth + cmax;
     scratch_mark mark = scratch_begin();
-    float *qr = scratch_f32(T * c->q_lora_rank), *q = scratch_f32(T * H * hd), *kv = scratch_f32(T * hd);
-    float *o = scratch_f32(T * H * hd), *og = scratch_f32(T * G * orank);
     int32_t *idx = scratch_i32(T * stride);
-
-    float *tq = scratch_f32(T * c->q_lora_rank), *tkv = scratch_f32(T * hd);
-    linear_batch((linear_item[]){{&L->wq_a, 0, c->q_lora_rank, x, T, c->dim, tq}, {&L->wkv, 0, hd, x, T, c->dim, tkv}}, 2);
-    rms_norm(tq, L->q_norm, T, c->q_lora_rank, c->norm_eps, qr);
-    linear(&L->wq_b, qr, T, q);
+    float *q = p->q, *kv = p->kv;
     rope_rows(rt, q, T * H, H, hd, rd, pos, 0);
-    rms_norm(tkv, L->kv_norm, T, hd, c->norm_eps, kv);
     rope_rows(rt, kv, T, 1, hd, rd, pos, 0);
     pool_run(T * hd / 32, 64, fp8_fake_quant_range, kv);
     int32_t nrows, width = wwidth;
@@ -301,11 +306,11 @@ void attention(dsv41_session *s, int32_t l, const float *x, int64_t T, float *ou
         float *latent = scratch_f32(T * hd);
         int64_t nlat = 0;
         if (c->is_kv_source[l]) {
-            nlat = compressor(s, l, x, T, latent);
+            nlat = compressor(s, l, p->ckv, p->cgate, T, latent);
             sh->compress_kv = s->layers[l].ckv;
         }
         /* the indexer scores the latent before it is rotated and quantized */
-        if (c->is_index_source[l] && clen > 0) indexer(s, l, x, qr, latent, nlat, T, nrows);
+        if (c->is_index_source[l] && clen > 0) indexer(s, l, p->iq, p->iw, latent, nlat, T, nrows);
         if (nlat > 0) {
             for (int64_t g = 0; g < nlat; g++)
                 rope_apply(rt, latent + g * hd, hd, rd, pos == 0 ? g * ratio : pos + 1 - ratio, 0);
@@ -332,12 +337,61 @@ void attention(dsv41_session *s, int32_t l, const float *x, int64_t T, float *ou
                 powf((float)hd, -0.5f), o);
     trace_f32(tr, o, 4, (int64_t[]){1, T, H, hd}, "L%d.sa_o", l);
     rope_rows(rt, o, T * H, H, hd, rd, pos, 1);
+    scratch_end(mark);
+}
+
+/* p's rows from row r on */
+static attn_rows rows_from(const attn_rows *p, const config *c, int64_t r) {
+    int64_t hd = c->head_dim, ihd = c->index_head_dim, IH = c->index_n_heads;
+    return (attn_rows){p->q + r * c->n_heads * hd, p->kv + r * hd, p->ckv ? p->ckv + r * hd : NULL,
+                       p->cgate ? p->cgate + r * hd : NULL, p->iq ? p->iq + r * IH * ihd : NULL,
+                       p->iw ? p->iw + r * IH : NULL};
+}
+
+/* x [T][dim] (attn_in, the rows of every session of seq end to end) -> out [T][dim]; advances
+ * each session's ring, caches and shared slots. The projections read only their own row, so
+ * they run once over all the rows (each weight read once for the batch); what reads a
+ * session's caches runs per session. */
+void attention(const batch_seq *seq, int32_t count, int32_t l, const float *x, int64_t T, float *out, dsv41_trace *tr) {
+    const dsv41_model *m = seq[0].s->m;
+    const config *c = &m->cfg;
+    const layer_weights *L = &m->layers[l];
+    int32_t H = c->n_heads, hd = c->head_dim, ratio = c->compress_ratio[l], dim = c->dim, qrank = c->q_lora_rank;
+    int32_t G = c->o_groups, orank = c->o_lora_rank, gw = H * hd / G, IH = c->index_n_heads;
+    int kvs = ratio && c->is_kv_source[l], ixs = ratio && c->is_index_source[l];
+    scratch_mark mark = scratch_begin();
+    float *tq = scratch_f32(T * qrank), *tkv = scratch_f32(T * hd), *qr = scratch_f32(T * qrank);
+    attn_rows p = {scratch_f32(T * H * hd), scratch_f32(T * hd), kvs ? scratch_f32(T * hd) : NULL,
+                   kvs && ratio > 1 ? scratch_f32(T * hd) : NULL, ixs ? scratch_f32(T * IH * c->index_head_dim) : NULL,
+                   ixs ? scratch_f32(T * IH) : NULL};
+    float *o = scratch_f32(T * H * hd), *og = scratch_f32(T * G * orank);
+
+    /* the quantized projections of x first, side by side, so they share one act_quant */
+    linear_item items[5];
+    int32_t ni = 0;
+    items[ni++] = (linear_item){&L->wq_a, 0, qrank, x, T, dim, tq};
+    items[ni++] = (linear_item){&L->wkv, 0, hd, x, T, dim, tkv};
+    if (ixs) items[ni++] = (linear_item){&L->idx_weights_proj, 0, IH, x, T, dim, p.iw};
+    if (kvs) items[ni++] = (linear_item){&L->comp_wkv, 0, hd, x, T, dim, p.ckv};
+    if (p.cgate) items[ni++] = (linear_item){&L->comp_wgate, 0, hd, x, T, dim, p.cgate};
+    linear_batch(items, ni);
+    rms_norm(tq, L->q_norm, T, qrank, c->norm_eps, qr);
+    ni = 0;
+    items[ni++] = (linear_item){&L->wq_b, 0, (int64_t)H * hd, qr, T, qrank, p.q};
+    if (ixs) items[ni++] = (linear_item){&L->idx_wq_b, 0, (int64_t)IH * c->index_head_dim, qr, T, qrank, p.iq};
+    linear_batch(items, ni);
+    rms_norm(tkv, L->kv_norm, T, hd, c->norm_eps, p.kv);
+
+    for (int32_t i = 0; i < count; i++) {
+        attn_rows pi = rows_from(&p, c, seq[i].row0);
+        attend(seq[i].s, l, &pi, seq[i].T, o + seq[i].row0 * H * hd, tr);
+    }
     /* wo_a is block-diagonal: group g's rows see only group g's slice of every head row */
     float *part = scratch_f32(G * T * orank);
-    linear_item *items = scratch_bytes((size_t)G * sizeof *items);
+    linear_item *gitems = scratch_bytes((size_t)G * sizeof *gitems);
     for (int32_t g = 0; g < G; g++)
-        items[g] = (linear_item){&L->wo_a, (int64_t)g * orank, orank, o + g * gw, T, (int64_t)H * hd, part + g * T * orank};
-    linear_batch(items, G);
+        gitems[g] = (linear_item){&L->wo_a, (int64_t)g * orank, orank, o + g * gw, T, (int64_t)H * hd, part + g * T * orank};
+    linear_batch(gitems, G);
     for (int32_t g = 0; g < G; g++)
         for (int64_t t = 0; t < T; t++)
             memcpy(og + (t * G + g) * orank, part + (g * T + t) * orank, (size_t)orank * sizeof *part);

@@ -171,6 +171,47 @@ static timing time_decode(const dsv41_model *m, int32_t ctx, int32_t n) {
     return r;
 }
 
+/* batched decode: `streams` sessions of `ctx` tokens of prefill each (different prompts), then
+ * n steps that advance every one of them by a token in one dsv41_batch_forward, timed as
+ * time_decode does; tok_s counts the tokens of all the streams */
+static timing time_decode_parallel(const dsv41_model *m, int32_t streams, int32_t ctx, int32_t n) {
+    int32_t V = m->cfg.vocab_size, *ids = malloc((size_t)(ctx > 0 ? ctx : 1) * sizeof *ids);
+    int32_t *next = malloc((size_t)streams * sizeof *next), *one = malloc((size_t)streams * sizeof *one);
+    dsv41_session **s = calloc((size_t)streams, sizeof *s);
+    const int32_t **step = malloc((size_t)streams * sizeof *step);
+    float *logits = malloc((size_t)streams * V * sizeof *logits), **lg = malloc((size_t)streams * sizeof *lg);
+    timing r = {0, 0};
+    int rc = ids && next && one && s && step && logits && lg ? 0 : -1;
+    for (int32_t k = 0; rc == 0 && k < streams; k++) {
+        s[k] = dsv41_session_new(m);
+        for (int32_t i = 0; i < ctx; i++) ids[i] = (int32_t)((i * 7919 + 3 + k * 101) % V);
+        rc = !s[k] || (ctx > 0 && dsv41_session_forward(s[k], ids, ctx, NULL, NULL));
+        step[k] = &next[k];
+        lg[k] = logits + (size_t)k * V;
+        one[k] = 1;
+    }
+    double best = 1e30;
+    for (int32_t run = 0, i = 0; rc == 0 && run < 4; run++) {
+        double t0 = now();
+        for (int32_t end = (run + 1) * n / 4; rc == 0 && i < end; i++) {
+            for (int32_t k = 0; k < streams; k++) next[k] = (int32_t)((i * 104729 + 11 + k * 7) % V);
+            rc = dsv41_batch_forward(s, step, one, streams, lg);
+        }
+        best = fmin(best, (now() - t0) / (n / 4));
+        progress_report("bench: parallel decode runs", run + 1, 4);
+    }
+    if (rc == 0) r.tok_s = streams / best;
+    for (int32_t k = 0; s && k < streams; k++) dsv41_session_free(s[k]);
+    free(s);
+    free(step);
+    free(lg);
+    free(logits);
+    free(one);
+    free(next);
+    free(ids);
+    return r;
+}
+
 /* prefill: n tokens into a fresh session, the best of 3 runs (as for decode) */
 static timing time_prefill(const dsv41_model *m, int32_t n) {
     int32_t V = m->cfg.vocab_size, *ids = malloc((size_t)n * sizeof *ids);
@@ -240,7 +281,7 @@ static int report_ranks(const dsv41_model *m, int json, FILE *out) {
     return rc;
 }
 
-int dsv41_bench(const dsv41_model *m, int32_t threads, int json, FILE *out) {
+int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, int json, FILE *out) {
     const config *c = &m->cfg;
     int32_t n_pre = 512 < c->max_seq_len ? 512 : c->max_seq_len / 2, n_dec = 128;
     int32_t ctxs[3] = {16, n_pre, 2 * n_pre};
@@ -250,7 +291,7 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int json, FILE *out) {
         fprintf(out, "kernels: %s; weights read per decoded token: %.1f MB; KV cache: %.0f bytes per token\n",
                 kernels_current()->name, bytes / 1e6, kv_bytes_per_token(c));
     double triad = 0, peak = 0;
-    timing dec = {0, 0}, pre = {0, 0};
+    timing dec = {0, 0}, pre = {0, 0}, par = {0, 0};
     int32_t counts[2] = {1, threads};
     for (int pass = threads > 1 ? 0 : 1; pass < 2; pass++) {
         if (dsv41_set_threads(counts[pass])) return -1;
@@ -264,6 +305,12 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int json, FILE *out) {
         for (int k = 0; k < 3; k++)
             if (ctxs[k] + n_dec <= c->max_seq_len) d[k] = time_decode(m, ctxs[k], n_dec);
         dec = d[0];
+        /* the batched decode beside the one-stream decode at the same context, at the last
+         * thread count only */
+        if (pass == 1 && parallel > 0 && ctxs[0] + n_dec <= c->max_seq_len) {
+            par = time_decode_parallel(m, parallel, ctxs[0], n_dec);
+            if (par.tok_s <= 0) return -1;
+        }
         triad = fmax(triad, bench_triad_gbps());
         peak = fmax(peak, peak_gflops());
         if (json) continue;
@@ -274,11 +321,17 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int json, FILE *out) {
             if (d[k].tok_s > 0)
                 fprintf(out, "  decode at %5d: %8.1f tok/s  %7.2f GB/s  (%.0f%% of triad)\n", ctxs[k], d[k].tok_s,
                         d[k].tok_s * bytes / 1e9, 100.0 * d[k].tok_s * bytes / 1e9 / triad);
+        if (par.tok_s > 0)
+            fprintf(out, "  decode at %5d, %d streams batched: %8.1f tok/s in all  (%.2fx one stream)\n", ctxs[0],
+                    parallel, par.tok_s, par.tok_s / dec.tok_s);
         fflush(out);
     }
     double rss = bench_peak_rss();
     if (json) fprintf(out, "{");
     if (m->part.n_ranks > 1 && report_ranks(m, json, out)) return -1;
+    if (json && par.tok_s > 0)
+        fprintf(out, "\"decode_parallel\": {\"streams\": %d, \"tokens_per_s\": %.3f, \"speedup\": %.4f}, ", parallel,
+                par.tok_s, par.tok_s / dec.tok_s);
     if (json)
         fprintf(out,
                 "\"decode\": {\"tokens_per_s\": %.3f, \"bytes_per_token\": %.0f, \"effective_gbps\": %.3f, "

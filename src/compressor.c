@@ -23,21 +23,21 @@ static void pool_group(const float *kv, const float *score, int32_t ratio, int32
     }
 }
 
-/* x [T][dim] -> latent [n][hd] (bf16, pre-RoPE); returns n, the groups closed by this call */
-int64_t compressor(dsv41_session *s, int32_t l, const float *x, int64_t T, float *latent) {
+/* kv [T][hd] (comp_wkv x), score [T][hd] (comp_wgate x; ratio > 1) -> latent [n][hd] (bf16,
+ * pre-RoPE); returns n, the groups closed by this call. The projections come computed: a batch
+ * of sessions runs them once over all its rows. */
+int64_t compressor(dsv41_session *s, int32_t l, const float *kv, const float *score, int64_t T, float *latent) {
     const config *c = &s->m->cfg;
     const layer_weights *L = &s->m->layers[l];
     layer_state *st = &s->layers[l];
     int32_t ratio = c->compress_ratio[l], hd = c->head_dim, pos = s->pos;
     scratch_mark mark = scratch_begin();
-    float *kv = scratch_f32(T * hd), *score = scratch_f32(T * hd), *pooled = scratch_f32(T * hd);
+    float *pooled = scratch_f32(T * hd);
     int64_t n = 0;
-    linear(&L->comp_wkv, x, T, kv);
     if (ratio == 1) {
         memcpy(pooled, kv, (size_t)(T * hd) * sizeof *kv);
         n = T;
     } else {
-        linear(&L->comp_wgate, x, T, score);
         size_t row = (size_t)hd * sizeof(float);
         if (pos == 0) {
             int64_t rem = T % ratio, cut = T - rem;

@@ -33,10 +33,11 @@ static void trace_shared(const dsv41_session *s, int32_t l, int64_t T, dsv41_tra
     }
 }
 
-/* One block: h [T][hc][dim] and pre_mix [T][hc] in place. */
-static void block(dsv41_session *s, int32_t l, int64_t T, const int64_t *hashes, float *h, float *pre_mix,
-                  dsv41_trace *tr) {
-    const dsv41_model *m = s->m;
+/* One block over the rows of every session of seq: h [T][hc][dim] and pre_mix [T][hc] in
+ * place. All but attention is row by row, so it runs once over the whole batch. */
+static void block(const batch_seq *seq, int32_t count, int32_t l, int64_t T, const int64_t *hashes, float *h,
+                  float *pre_mix, dsv41_trace *tr) {
+    const dsv41_model *m = seq[0].s->m;
     const config *c = &m->cfg;
     const layer_weights *L = &m->layers[l];
     int32_t hc = c->hc_mult, dim = c->dim, k = c->n_activated_experts;
@@ -56,7 +57,7 @@ static void block(dsv41_session *s, int32_t l, int64_t T, const int64_t *hashes,
     hc_pre(h, pre_mix, T, hc, dim, x);
     rms_norm(x, L->attn_norm, T, dim, c->norm_eps, xn);
     trace_f32(tr, xn, 3, (int64_t[]){1, T, dim}, "L%d.attn_in", l);
-    attention(s, l, xn, T, y, tr);
+    attention(seq, count, l, xn, T, y, tr);
     trace_f32(tr, y, 3, (int64_t[]){1, T, dim}, "L%d.attn_out", l);
     hc_post(y, h, a_post, a_comb, T, hc, dim, h_mid);
 
@@ -80,7 +81,7 @@ static void block(dsv41_session *s, int32_t l, int64_t T, const int64_t *hashes,
         trace_f32(tr, y, 3, (int64_t[]){1, T, dim}, "L%d.ffn_out", l);
         trace_f32(tr, h, 4, (int64_t[]){1, T, hc, dim}, "L%d.h_out", l);
         trace_f32(tr, pre_mix, 3, (int64_t[]){1, T, hc}, "L%d.pre_mix_out", l);
-        if (c->is_kv_source[l] || c->is_index_source[l]) trace_shared(s, l, T, tr);
+        if (c->is_kv_source[l] || c->is_index_source[l]) trace_shared(seq[0].s, l, T, tr);
     }
     scratch_end(mark);
 }
@@ -89,24 +90,30 @@ static void block(dsv41_session *s, int32_t l, int64_t T, const int64_t *hashes,
  * calls in step, so there a request is never taken. */
 static int cancelled(dsv41_session *s) { return s->m->part.n_ranks == 1 && atomic_exchange(&s->cancel, 0); }
 
-/* One call of the reference: a prefill (pos 0, any n) or one decode token. logits gets the
- * last token's [vocab], or with `all` every token's [n][vocab]. A prefill polls the cancel
- * request between layers and, when asked, empties the session and returns -1; a one-token call
- * after it runs whole (stopping inside it would leave its layers out of step). */
-static int forward_call(dsv41_session *s, const int32_t *ids, int64_t T, float *logits, int all, dsv41_trace *tr) {
-    const dsv41_model *m = s->m;
+/* One call of the reference for every session of seq: a prefill (pos 0, any n) or one decode
+ * token each, their rows end to end (T in all). logits[i] (or NULL) gets session i's last
+ * token's [vocab], or with `all` every token's [n][vocab]. A single session's prefill polls the
+ * cancel request between layers and, when asked, empties the session and returns -1; a
+ * one-token call after it runs whole (stopping inside it would leave its layers out of step). */
+static int forward_rows(const batch_seq *seq, int32_t count, int64_t T, const int32_t *const *ids,
+                        float *const *logits, int all, dsv41_trace *tr) {
+    const dsv41_model *m = seq[0].s->m;
     const config *c = &m->cfg;
-    int32_t hc = c->hc_mult, dim = c->dim, cols = engram_cols(c);
+    int32_t hc = c->hc_mult, dim = c->dim, cols = engram_cols(c), ne = c->n_engram ? c->n_engram : 1;
     scratch_mark mark = scratch_begin();
-    int64_t *hashes = scratch_i64(T * (c->n_engram ? c->n_engram : 1) * cols);
+    int64_t *hashes = scratch_i64(T * ne * cols);
+    int32_t *all_ids = scratch_i32(T);
     float *h = scratch_f32(T * hc * dim), *pre_mix = scratch_f32(T * hc);
     float *x = scratch_f32(T * dim), *xn = scratch_f32(T * dim);
 
-    if (c->n_engram) engram_hash(s, ids, T, hashes);
-    trace_i32(tr, ids, 2, (int64_t[]){1, T}, "input_ids");
+    for (int32_t i = 0; i < count; i++) { /* the n-gram hashes read each session's own history */
+        memcpy(all_ids + seq[i].row0, ids[i], (size_t)seq[i].T * sizeof *all_ids);
+        if (c->n_engram) engram_hash(seq[i].s, ids[i], seq[i].T, hashes + seq[i].row0 * ne * cols);
+    }
+    trace_i32(tr, all_ids, 2, (int64_t[]){1, T}, "input_ids");
     if (c->n_engram) trace_i64(tr, hashes, 4, (int64_t[]){1, T, c->n_engram, cols}, "engram_hashes");
     for (int64_t t = 0; t < T; t++) {
-        for (int32_t d = 0; d < dim; d++) x[t * dim + d] = weight_get(&m->embed, ids[t], d);
+        for (int32_t d = 0; d < dim; d++) x[t * dim + d] = weight_get(&m->embed, all_ids[t], d);
         for (int32_t k = 0; k < hc; k++) {
             memcpy(h + (t * hc + k) * dim, x + t * dim, (size_t)dim * sizeof *h);
             pre_mix[t * hc + k] = k == 0 ? 1.0f : 0.0f;
@@ -114,31 +121,50 @@ static int forward_call(dsv41_session *s, const int32_t *ids, int64_t T, float *
     }
     trace_f32(tr, x, 3, (int64_t[]){1, T, dim}, "embed");
     for (int32_t l = 0; l < c->n_layers; l++) {
-        if (s->pos == 0 && cancelled(s)) {
+        dsv41_session *s0 = seq[0].s;
+        if (count == 1 && s0->pos == 0 && cancelled(s0)) {
             scratch_end(mark);
-            session_clear(s, s->pos + (int32_t)T); /* the layers done wrote rows up to pos + T */
+            session_clear(s0, s0->pos + (int32_t)T); /* the layers done wrote rows up to pos + T */
             return set_error("forward: cancelled");
         }
-        block(s, l, T, hashes, h, pre_mix, tr);
-        if (s->progress) s->progress(s->progress_ctx, l + 1, c->n_layers);
+        block(seq, count, l, T, hashes, h, pre_mix, tr);
+        for (int32_t i = 0; i < count; i++)
+            if (seq[i].s->progress) seq[i].s->progress(seq[i].s->progress_ctx, l + 1, c->n_layers);
     }
     hc_pre(h, pre_mix, T, hc, dim, x);
     rms_norm(x, m->norm, T, dim, c->norm_eps, xn);
     trace_f32(tr, x, 3, (int64_t[]){1, T, dim}, "h_final");
     trace_f32(tr, xn, 3, (int64_t[]){1, T, dim}, "head_in");
-    /* sampling needs only the last position; a trace or `all` asks for every one */
-    int64_t first = tr || all ? 0 : T - 1, V = c->vocab_size;
-    float *lg = scratch_f32((T - first) * V);
-    if ((tr || logits) && m->part.n_ranks > 1) dist_linear(m, &m->head, xn + first * dim, T - first, lg);
-    else if (tr || logits) linear(&m->head, xn + first * dim, T - first, lg);
+    /* the head runs once over the rows wanted: sampling needs only each session's last
+     * position; a trace or `all` asks for every one, a session without logits for none */
+    int64_t V = c->vocab_size, R = 0, *first = scratch_i64(count), *hrow = scratch_i64(count);
+    for (int32_t i = 0; i < count; i++) {
+        int want = tr || logits[i];
+        first[i] = !want ? seq[i].T : tr || all ? 0 : seq[i].T - 1;
+        hrow[i] = R;
+        memmove(xn + R * dim, xn + (seq[i].row0 + first[i]) * dim, (size_t)((seq[i].T - first[i]) * dim) * sizeof *xn);
+        R += seq[i].T - first[i];
+    }
+    float *lg = scratch_f32(R * V);
+    if (R > 0 && m->part.n_ranks > 1) dist_linear(m, &m->head, xn, R, lg);
+    else if (R > 0) linear(&m->head, xn, R, lg);
     trace_f32(tr, lg, 3, (int64_t[]){1, T, V}, "logits_full");
-    if (logits) memcpy(logits, all ? lg : lg + (T - 1 - first) * V, (size_t)(all ? T * V : V) * sizeof *logits);
-    s->has_logits = tr || logits;
-    if (s->has_logits) memcpy(s->logits, lg + (T - 1 - first) * V, (size_t)V * sizeof *lg);
-    memcpy(s->tokens + s->pos, ids, (size_t)T * sizeof *ids);
-    s->pos += (int32_t)T;
+    for (int32_t i = 0; i < count; i++) {
+        dsv41_session *s = seq[i].s;
+        int64_t n = seq[i].T, last = hrow[i] + n - 1 - first[i];
+        if (logits[i]) memcpy(logits[i], lg + (all ? hrow[i] : last) * V, (size_t)(all ? n * V : V) * sizeof *lg);
+        s->has_logits = first[i] < n;
+        if (s->has_logits) memcpy(s->logits, lg + last * V, (size_t)V * sizeof *lg);
+        memcpy(s->tokens + s->pos, ids[i], (size_t)n * sizeof *ids[i]);
+        s->pos += (int32_t)n;
+    }
     scratch_end(mark);
     return 0;
+}
+
+/* forward_rows for one session */
+static int forward_call(dsv41_session *s, const int32_t *ids, int64_t T, float *logits, int all, dsv41_trace *tr) {
+    return forward_rows(&(batch_seq){s, 0, T}, 1, T, &ids, &logits, all, tr);
 }
 
 static int check_call(const dsv41_session *s, const int32_t *ids, int32_t n) {
@@ -149,6 +175,13 @@ static int check_call(const dsv41_session *s, const int32_t *ids, int32_t n) {
     for (int32_t t = 0; t < n; t++)
         if (ids[t] < 0 || ids[t] >= c->vocab_size)
             return set_error("forward: token id %d is outside the vocabulary [0, %d)", ids[t], c->vocab_size);
+    return 0;
+}
+
+/* NaN logits come from non-finite weights or config values: an error, never a silent token 0 */
+static int check_logits(const float *logits, int64_t n) {
+    for (int64_t i = 0; logits && i < n; i++)
+        if (isnan(logits[i])) return set_error("forward: the logits hold NaN (non-finite weights in the model?)");
     return 0;
 }
 
@@ -172,10 +205,7 @@ static int forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logit
     }
     dist_forward_end(s);
     if (rc) return -1;
-    /* non-finite weights or config values give NaN logits: an error, never a silent token 0 */
-    for (int64_t i = 0; logits && i < (all ? n * V : V); i++)
-        if (isnan(logits[i])) return set_error("forward: the logits hold NaN (non-finite weights in the model?)");
-    return 0;
+    return check_logits(logits, all ? n * V : V);
 }
 
 int dsv41_session_forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logits, dsv41_trace *tr) {
@@ -202,10 +232,28 @@ static int check_batch(dsv41_session *const *s, const int32_t *const *ids, const
     return 0;
 }
 
+/* One pass over the layers for all the sessions. A model split over ranks runs them one after
+ * another: its ranks follow the leader's calls one session at a time. */
 int dsv41_batch_forward(dsv41_session *const *s, const int32_t *const *ids, const int32_t *n, int32_t count,
                         float *const *logits) {
     if (check_batch(s, ids, n, count)) return -1;
-    for (int32_t i = 0; i < count; i++)
-        if (forward(s[i], ids[i], n[i], logits ? logits[i] : NULL, 0, NULL)) return -1;
-    return 0;
+    if (count == 1 || s[0]->m->part.n_ranks > 1) {
+        for (int32_t i = 0; i < count; i++)
+            if (forward(s[i], ids[i], n[i], logits ? logits[i] : NULL, 0, NULL)) return -1;
+        return 0;
+    }
+    scratch_mark mark = scratch_begin();
+    batch_seq *seq = scratch_bytes((size_t)count * sizeof *seq);
+    float **lg = scratch_bytes((size_t)count * sizeof *lg);
+    int64_t T = 0;
+    for (int32_t i = 0; i < count; i++) {
+        atomic_store(&s[i]->cancel, 0); /* a batch is not cancelled; an earlier request is void */
+        seq[i] = (batch_seq){s[i], T, n[i]};
+        lg[i] = logits ? logits[i] : NULL;
+        T += n[i];
+    }
+    int rc = forward_rows(seq, count, T, ids, lg, 0, NULL);
+    for (int32_t i = 0; rc == 0 && i < count; i++) rc = check_logits(lg[i], s[0]->m->cfg.vocab_size);
+    scratch_end(mark);
+    return rc;
 }

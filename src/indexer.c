@@ -199,10 +199,11 @@ static void fp4_fake_quant_range(void *ctx, int64_t b, int64_t e) {
 }
 
 /* Writes index keys for new latents [n_latent][head_dim] (key owners), then publishes
- * shared.topk [T][k] of window-offset entry indices (-1: not visible) for x [T][dim], qr [T][q_rank].
- * Returns k. */
-int32_t indexer(dsv41_session *s, int32_t l, const float *x, const float *qr, const float *latent, int64_t n_latent,
-                int64_t T, int32_t offset) {
+ * shared.topk [T][k] of window-offset entry indices (-1: not visible) for the queries q
+ * [T][IH][ihd] (idx_wq_b qr) and head weights w [T][IH] (idx_weights_proj x), both rewritten
+ * in place (rotated and quantized, scaled). Returns k. */
+int32_t indexer(dsv41_session *s, int32_t l, float *q, float *w, const float *latent, int64_t n_latent, int64_t T,
+                int32_t offset) {
     const dsv41_model *m = s->m;
     const config *c = &m->cfg;
     const layer_weights *L = &m->layers[l];
@@ -220,12 +221,10 @@ int32_t indexer(dsv41_session *s, int32_t l, const float *x, const float *qr, co
         memcpy(s->layers[l].ik + (int64_t)(pos / ratio) * ihd, k, (size_t)(n_latent * ihd) * sizeof *k);
         sh->index_k = s->layers[l].ik;
     }
-    float *q = scratch_f32(T * IH * ihd), *w = scratch_f32(T * IH), *score = scratch_f32(T * width);
+    float *score = scratch_f32(T * width);
     int32_t *visible = scratch_i32(T);
-    linear(&L->idx_wq_b, qr, T, q);
     rope_rows(&m->rope_yarn, q, T * IH, IH, ihd, rd, pos, 0);
     pool_run(T * IH * ihd / 32, 64, fp4_fake_quant_range, q);
-    linear(&L->idx_weights_proj, x, T, w);
     float wscale = (float)(pow(ihd, -0.5) * pow(IH, -0.5)); /* one python-float scalar in the release */
     for (int64_t i = 0; i < T * IH; i++) w[i] = bf16_round(w[i] * wscale);
     for (int64_t t = 0; t < T; t++) visible[t] = pos == 0 ? (int32_t)(t + 1) / ratio : width;

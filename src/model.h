@@ -230,6 +230,13 @@ struct dsv41_session {
     atomic_int cancel;                      /* a dsv41_session_cancel request not yet served */
 };
 
+/* One session's share of a batched forward: rows [row0, row0 + T) of every activation, its
+ * prefill (at position 0) or its one decode token. */
+typedef struct {
+    dsv41_session *s;
+    int64_t row0, T;                        /* its first row and its rows */
+} batch_seq;
+
 /* Empties s to position 0 as a new session is. Compressed rows are zeroed up to position reach
  * only: rows past the closed groups of every position a call reached are zero already. */
 void session_clear(dsv41_session *s, int32_t reach);
@@ -276,10 +283,10 @@ void hc_post(const float *x, const float *res, const float *post, const float *c
              int32_t dim, float *y);
 void engram_hash(dsv41_session *s, const int32_t *ids, int64_t T, int64_t *out);
 void engram_forward(const dsv41_model *m, int32_t l, const int64_t *hashes, int64_t T, float *h, dsv41_trace *tr);
-void attention(dsv41_session *s, int32_t l, const float *x, int64_t T, float *out, dsv41_trace *tr);
-int64_t compressor(dsv41_session *s, int32_t l, const float *x, int64_t T, float *latent);
-int32_t indexer(dsv41_session *s, int32_t l, const float *x, const float *qr, const float *latent,
-                int64_t n_latent, int64_t T, int32_t offset);
+void attention(const batch_seq *seq, int32_t count, int32_t l, const float *x, int64_t T, float *out, dsv41_trace *tr);
+int64_t compressor(dsv41_session *s, int32_t l, const float *kv, const float *score, int64_t T, float *latent);
+int32_t indexer(dsv41_session *s, int32_t l, float *q, float *w, const float *latent, int64_t n_latent, int64_t T,
+                int32_t offset);
 void topk_torch_cpu(const float *v, int32_t n, int32_t k, int32_t *out);
 void select_candidate_blocks(const float *score, int64_t T, int32_t width, const int32_t *visible,
                              int32_t topk_blocks, int32_t block, uint8_t *keep);
