@@ -205,7 +205,7 @@ static inline __attribute__((always_inline)) void attn_item(const attn_job *j, i
 /* Items [b, e) of (block of HB heads, token): softmax over the picked rows with the sink in the
  * max and the denominator only, then o = sum_k p_k row_k in increasing k per element. Each item
  * is computed the same way whichever thread takes it. Always inlined into attn_range and its
- * AVX-512 twin, which differ only in the registers the compiler uses. */
+ * AVX-512 twin (through batch_items), which differ only in the registers the compiler uses. */
 static inline __attribute__((always_inline)) void attn_items(const attn_job *j, int64_t b, int64_t e) {
     scratch_mark mark = scratch_begin();
     float *score = scratch_f32((int64_t)HB * j->width); /* [HB][width] */
@@ -220,26 +220,47 @@ static inline __attribute__((always_inline)) void attn_items(const attn_job *j, 
     scratch_end(mark);
 }
 
-static void attn_range(void *ctx, int64_t b, int64_t e) { attn_items(ctx, b, e); }
+/* The jobs of several sessions end to end: job i's items are [first[i], first[i + 1]). */
+typedef struct {
+    const attn_job *jobs;
+    const int64_t *first; /* [n + 1] */
+    int32_t n;
+} attn_batch;
+
+/* Items [b, e) of the batch, each in its own session's job */
+static inline __attribute__((always_inline)) void batch_items(const attn_batch *a, int64_t b, int64_t e) {
+    for (int32_t i = 0; i < a->n; i++) {
+        int64_t lo = b > a->first[i] ? b : a->first[i], hi = e < a->first[i + 1] ? e : a->first[i + 1];
+        if (lo < hi) attn_items(&a->jobs[i], lo - a->first[i], hi - a->first[i]);
+    }
+}
+
+static void attn_range(void *ctx, int64_t b, int64_t e) { batch_items(ctx, b, e); }
 
 #if defined(__x86_64__)
 __attribute__((target("avx512f"))) static void attn_range_avx512(void *ctx, int64_t b, int64_t e) {
-    attn_items(ctx, b, e);
+    batch_items(ctx, b, e);
 }
 #endif
 
-/* q [T][H][D], window rows win [nwin][D] then the compressed cache ckv, sink [H], idx [T][width]
- * (-1: none) -> o [T][H][D] bf16, split over the pool by (token, head). The compressed cache is
- * read where it lives: at long contexts a copy beside the window rows would cost more than the
- * attention over the few rows picked from it. */
-static void sparse_attn(const float *q, const float *win, int32_t nwin, const float *ckv, const float *sink,
-                        const int32_t *idx, int64_t T, int32_t H, int32_t D, int32_t width, float scale, float *o) {
-    attn_job j = {q, sink, win, ckv, idx, T, H, D, width, nwin, scale, o};
+/* Each job: q [T][H][D], window rows win [nwin][D] then the compressed cache ckv, sink [H], idx
+ * [T][width] (-1: none) -> o [T][H][D] bf16. The jobs of all the sessions of a batch go to the
+ * pool as one, split by (session, head block, token): a decode step's session alone is a few
+ * items, and a pool job each would make a handshake per session and layer. The compressed cache
+ * is read where it lives: at long contexts a copy beside the window rows would cost more than
+ * the attention over the few rows picked from it. */
+static void sparse_attn(const attn_job *jobs, int32_t n) {
+    scratch_mark mark = scratch_begin();
+    int64_t *first = scratch_i64(n + 1);
+    first[0] = 0;
+    for (int32_t i = 0; i < n; i++) first[i + 1] = first[i] + jobs[i].T * ((jobs[i].H + HB - 1) / HB);
+    attn_batch a = {jobs, first, n};
     void (*range)(void *, int64_t, int64_t) = attn_range;
 #if defined(__x86_64__)
     if (__builtin_cpu_supports("avx512f")) range = attn_range_avx512;
 #endif
-    pool_run(T * ((H + HB - 1) / HB), 1, range, &j);
+    pool_run(first[n], 1, range, &a);
+    scratch_end(mark);
 }
 
 /* Write this call's KV rows into the ring and return the rows attention reads, *n of them: the
@@ -279,9 +300,10 @@ static const float *window_update(dsv41_session *s, int32_t l, const float *kv, 
 }
 
 /* One session's part of a layer's attention, on its rows of the projections p (offset to its
- * first row): RoPE at its positions, its window ring, compressor and indexer, the sparse
- * attention over its own caches, and the output un-rotated into o [T][H][hd]. */
-static void attend(dsv41_session *s, int32_t l, const attn_rows *p, int64_t T, float *o, dsv41_trace *tr) {
+ * first row): RoPE at its positions, its window ring, compressor and indexer, and the job of
+ * its sparse attention over its own caches into o [T][H][hd]. The job's indices and rows stay
+ * in the caller's scratch. */
+static attn_job attend(dsv41_session *s, int32_t l, const attn_rows *p, int64_t T, float *o, dsv41_trace *tr) {
     const dsv41_model *m = s->m;
     const config *c = &m->cfg;
     const layer_weights *L = &m->layers[l];
@@ -292,7 +314,6 @@ static void attend(dsv41_session *s, int32_t l, const attn_rows *p, int64_t T, f
     /* the indexer's top-k never holds more than the compressed entries so far */
     int32_t wwidth = pos == 0 ? (int32_t)(T < W ? T : W) : W, cmax = (int32_t)(c->index_topk < clen ? c->index_topk : clen);
     int32_t stride = wwidth + cmax;
-    scratch_mark mark = scratch_begin();
     int32_t *idx = scratch_i32(T * stride);
     float *q = p->q, *kv = p->kv;
     rope_rows(rt, q, T * H, H, hd, rd, pos, 0);
@@ -333,11 +354,8 @@ static void attend(dsv41_session *s, int32_t l, const attn_rows *p, int64_t T, f
     }
     trace_i32(tr, idx, 3, (int64_t[]){1, T, width}, "L%d.sa_topk_idxs", l);
 
-    sparse_attn(q, win, nrows, clen > 0 ? s->shared.compress_kv : NULL, L->attn_sink, idx, T, H, hd, width,
-                powf((float)hd, -0.5f), o);
-    trace_f32(tr, o, 4, (int64_t[]){1, T, H, hd}, "L%d.sa_o", l);
-    rope_rows(rt, o, T * H, H, hd, rd, pos, 1);
-    scratch_end(mark);
+    return (attn_job){q, L->attn_sink, win, clen > 0 ? s->shared.compress_kv : NULL, idx, T, H, hd, width, nrows,
+                      powf((float)hd, -0.5f), o};
 }
 
 /* p's rows from row r on */
@@ -359,6 +377,7 @@ void attention(const batch_seq *seq, int32_t count, int32_t l, const float *x, i
     int32_t H = c->n_heads, hd = c->head_dim, ratio = c->compress_ratio[l], dim = c->dim, qrank = c->q_lora_rank;
     int32_t G = c->o_groups, orank = c->o_lora_rank, gw = H * hd / G, IH = c->index_n_heads;
     int kvs = ratio && c->is_kv_source[l], ixs = ratio && c->is_index_source[l];
+    const rope_table *rt = ratio ? &m->rope_yarn : &m->rope_plain;
     scratch_mark mark = scratch_begin();
     float *tq = scratch_f32(T * qrank), *tkv = scratch_f32(T * hd), *qr = scratch_f32(T * qrank);
     attn_rows p = {scratch_f32(T * H * hd), scratch_f32(T * hd), kvs ? scratch_f32(T * hd) : NULL,
@@ -382,10 +401,15 @@ void attention(const batch_seq *seq, int32_t count, int32_t l, const float *x, i
     linear_batch(items, ni);
     rms_norm(tkv, L->kv_norm, T, hd, c->norm_eps, p.kv);
 
+    attn_job *jobs = scratch_bytes((size_t)count * sizeof *jobs);
     for (int32_t i = 0; i < count; i++) {
         attn_rows pi = rows_from(&p, c, seq[i].row0);
-        attend(seq[i].s, l, &pi, seq[i].T, o + seq[i].row0 * H * hd, tr);
+        jobs[i] = attend(seq[i].s, l, &pi, seq[i].T, o + seq[i].row0 * H * hd, tr);
     }
+    sparse_attn(jobs, count);
+    trace_f32(tr, o, 4, (int64_t[]){1, T, H, hd}, "L%d.sa_o", l);
+    for (int32_t i = 0; i < count; i++) /* un-rotated at each session's positions */
+        rope_rows(rt, o + seq[i].row0 * H * hd, seq[i].T * H, H, hd, c->rope_head_dim, seq[i].s->pos, 1);
     /* wo_a is block-diagonal: group g's rows see only group g's slice of every head row */
     float *part = scratch_f32(G * T * orank);
     linear_item *gitems = scratch_bytes((size_t)G * sizeof *gitems);
