@@ -8,8 +8,6 @@
  * bit, round after round. */
 #include <pthread.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "golden.h"
 #include "testing.h"
@@ -145,28 +143,8 @@ static void test_app_threads(const dsv41_model *m) {
 }
 
 int main(void) {
-    char dir[] = "/tmp/dsv41-threads-XXXXXX", cfg[300], model[300];
-    CHECK(mkdtemp(dir) != NULL, "temporary directory");
-    snprintf(cfg, sizeof cfg, "%s/cfg.json", dir);
-    snprintf(model, sizeof model, "%s/m", dir);
-    FILE *f = fopen(cfg, "w");
-    fprintf(f, "{\"vocab_size\": 512, \"dim\": 512, \"n_layers\": 4, \"n_heads\": 4, \"head_dim\": 64, \"rope_head_dim\": 16,"
-               "\"q_lora_rank\": 128, \"o_lora_rank\": 64, \"o_groups\": 2, \"window_size\": 8, \"moe_inter_dim\": 256,"
-               "\"n_routed_experts\": 8, \"n_shared_experts\": 1, \"n_activated_experts\": 2, \"score_func\": \"sqrtsoftplus\","
-               "\"route_scale\": 1.5, \"norm_topk_prob\": true, \"swiglu_limit\": 10.0, \"compress_ratios\": [0, 2, 1, 1],"
-               "\"kv_source_layers\": [1, 2], \"index_source_layers\": [1, 2, 3], \"candidate_source_layer\": 2,"
-               "\"candidate_topk_blocks\": 2, \"candidate_block_size\": 2, \"index_n_heads\": 2, \"index_head_dim\": 64,"
-               "\"index_topk\": 4, \"hc_mult\": 4, \"hc_sinkhorn_iters\": 20, \"hc_eps\": 1e-6, \"engram_layer_ids\": [1],"
-               "\"engram_max_ngram_size\": 3, \"engram_vocab_size\": 1000, \"engram_n_heads\": 2, \"engram_head_dim\": 64,"
-               "\"engram_pad_id\": 2, \"engram_compressed_vocab_size\": 512, \"engram_num_embeddings\": [4062],"
-               "\"rope_theta\": 10000, \"compress_rope_theta\": 40000, \"rope_factor\": 2, \"original_seq_len\": 16,"
-               "\"beta_fast\": 32, \"beta_slow\": 1, \"norm_eps\": 1e-20, \"gate_temp\": 1.0, \"max_seq_len\": 128}\n");
-    fclose(f);
-    pid_t pid = fork(); /* a child writes the checkpoint, so this process starts with its default pool */
-    if (pid == 0) _exit(dsv41_synth(cfg, "fp8", model, NULL) ? (fprintf(stderr, "%s\n", dsv41_error()), 1) : 0);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "synth an fp8 model");
+    char dir[] = "/tmp/dsv41-threads-XXXXXX", model[300];
+    CHECK(test_synth_wide(dir, model) == 0, "synth an fp8 model");
     dsv41_model *m = dsv41_model_load(model);
     CHECK(m != NULL, "load it: %s", m ? "" : dsv41_error());
     if (m) {

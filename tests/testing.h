@@ -5,6 +5,10 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dsv41.h"
 
 /* The sanitizer builds (make sanitize, make tsan): ASan's allocator keeps resident bookkeeping of
  * its own, and every sanitizer runs code several times slower, so the checks of memory and time
@@ -61,6 +65,41 @@ static inline const char *golden_path(void) {
     if (g && *g) return g;
     snprintf(buf, sizeof buf, "%s/golden/ds41_tiny_golden.json", shared_dir());
     return buf;
+}
+
+/* A geometry wide enough that every projection splits over threads, with a window of 8, ratio-2
+ * and ratio-1 compressed layers and an Engram layer: the config tests synthesize their fp8
+ * checkpoint from (test_synth_wide). */
+#define TEST_WIDE_CONFIG                                                                                             \
+    "{\"vocab_size\": 512, \"dim\": 512, \"n_layers\": 4, \"n_heads\": 4, \"head_dim\": 64, \"rope_head_dim\": 16," \
+    "\"q_lora_rank\": 128, \"o_lora_rank\": 64, \"o_groups\": 2, \"window_size\": 8, \"moe_inter_dim\": 256," \
+    "\"n_routed_experts\": 8, \"n_shared_experts\": 1, \"n_activated_experts\": 2, \"score_func\": \"sqrtsoftplus\"," \
+    "\"route_scale\": 1.5, \"norm_topk_prob\": true, \"swiglu_limit\": 10.0, \"compress_ratios\": [0, 2, 1, 1]," \
+    "\"kv_source_layers\": [1, 2], \"index_source_layers\": [1, 2, 3], \"candidate_source_layer\": 2," \
+    "\"candidate_topk_blocks\": 2, \"candidate_block_size\": 2, \"index_n_heads\": 2, \"index_head_dim\": 64," \
+    "\"index_topk\": 4, \"hc_mult\": 4, \"hc_sinkhorn_iters\": 20, \"hc_eps\": 1e-6, \"engram_layer_ids\": [1]," \
+    "\"engram_max_ngram_size\": 3, \"engram_vocab_size\": 1000, \"engram_n_heads\": 2, \"engram_head_dim\": 64," \
+    "\"engram_pad_id\": 2, \"engram_compressed_vocab_size\": 512, \"engram_num_embeddings\": [4062]," \
+    "\"rope_theta\": 10000, \"compress_rope_theta\": 40000, \"rope_factor\": 2, \"original_seq_len\": 16," \
+    "\"beta_fast\": 32, \"beta_slow\": 1, \"norm_eps\": 1e-20, \"gate_temp\": 1.0, \"max_seq_len\": 128}\n"
+
+/* An fp8 checkpoint of TEST_WIDE_CONFIG at dir/m (dir a mkdtemp template, made here; model [300]
+ * gets the path), written by a child process so that this one starts with its default pool (a
+ * child of a process with pool workers would have none): call it first. Returns 0 when written. */
+static inline int test_synth_wide(char *dir, char *model) {
+    char cfg[300];
+    if (!mkdtemp(dir)) return -1;
+    snprintf(cfg, sizeof cfg, "%s/cfg.json", dir);
+    snprintf(model, 300, "%s/m", dir);
+    FILE *f = fopen(cfg, "w");
+    if (!f) return -1;
+    fputs(TEST_WIDE_CONFIG, f);
+    fclose(f);
+    pid_t pid = fork();
+    if (pid == 0) _exit(dsv41_synth(cfg, "fp8", model, NULL) ? (fprintf(stderr, "%s\n", dsv41_error()), 1) : 0);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
 #endif
