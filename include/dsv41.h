@@ -99,7 +99,9 @@ int dsv41_session_forward_all(dsv41_session *s, const int32_t *ids, int32_t n, f
  * token routed to it, so a step of many sessions reads the weights about once; attention runs
  * per session on its own caches. Each session ends with exactly the state and logits that
  * dsv41_session_forward of the same tokens would give it alone. The sessions must be distinct.
- * Returns 0, or -1 with no session changed when an input is wrong. */
+ * A batch of several sessions runs whole (dsv41_session_cancel does not stop it), and on a model
+ * split over ranks the sessions run one after another. Returns 0, or -1 with no session changed
+ * when an input is wrong. */
 int dsv41_batch_forward(dsv41_session *const *s, const int32_t *const *ids, const int32_t *n, int32_t count,
                         float *const *logits);
 /* The ids the session was fed, oldest first; *n gets dsv41_session_pos(s). Valid until the next
