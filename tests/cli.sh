@@ -240,4 +240,13 @@ broken flat
 out=$("$dsv41" check "$golden" -m "$tmp/b_flat" | tail -n 1)
 [ "$out" = "443 passed, 0 failed" ] && ok || bad "the flat config.json form: '$out'"
 
+# bench --parallel: the batched decode beside the one-stream decode, in the JSON and the table
+chat_model "$tmp/bm" || bad "synth the bench model"
+out=$("$dsv41" bench -m "$tmp/bm" -t 2 --parallel 3 --json 2>/dev/null)
+printf '%s' "$out" | python3 -c 'import json, sys; p = json.load(sys.stdin)["decode_parallel"]; sys.exit(not (p["streams"] == 3 and p["tokens_per_s"] > 0 and p["speedup"] > 0))' &&
+    ok || bad "bench --parallel 3 --json: '$out'"
+"$dsv41" bench -m "$tmp/bm" -t 1 --parallel 2 2>/dev/null | grep -q '^  decode at    16, 2 streams batched: .* tok/s in all  (.*x one stream)$' &&
+    ok || bad "bench --parallel 2: no batched line in the table"
+expect_error "bench --parallel 0" "$dsv41" bench -m "$tmp/bm" --parallel 0
+
 finish
