@@ -8,7 +8,13 @@
  *
  * The window ring keeps position p in slot p % window_size. A prefill reads its own chunk
  * (each row sees its causal window inside the chunk) and then seeds the ring; a decode step
- * writes its slot first and reads the whole ring oldest first. */
+ * writes its slot first and reads the whole ring oldest first.
+ *
+ * A batch of sessions (dsv41_batch_forward) comes as their rows end to end: every projection,
+ * the compressor's and the indexer's included, runs once over all of them; RoPE at each
+ * session's positions, its ring, compressor pooling, indexer scores and top-k run per session;
+ * the sparse attention of all of them is one pool job, each session's rows against its own
+ * caches. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
