@@ -78,18 +78,6 @@ static void test_round_trip(const dsv41_model *m, const char *name) {
     }
 }
 
-static uint8_t *read_bytes(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc((size_t)len + 1);
-    *n = fread(p, 1, (size_t)len, f);
-    fclose(f);
-    return p;
-}
-
 static void write_bytes(const char *path, const uint8_t *p, size_t n) {
     FILE *f = fopen(path, "wb");
     if (n) fwrite(p, 1, n, f);
@@ -116,7 +104,7 @@ static void test_damage(const dsv41_model *m) {
     dsv41_session_copy(ref, b);
     CHECK(dsv41_session_save(a, good) == 0, "save: %s", dsv41_error());
     size_t n = 0;
-    uint8_t *bytes = read_bytes(good, &n);
+    uint8_t *bytes = (uint8_t *)test_read_file(good, &n);
     CHECK(bytes && n > 80, "the file has a header and a body (%zu bytes)", n);
     if (!bytes) return;
     printf("a session at position 14 of the built-in model: %zu bytes\n", n);
@@ -210,7 +198,7 @@ static void test_failed_saves(const dsv41_model *m) {
     dsv41_session_forward(b, ids, 8, NULL, NULL);
     CHECK(dsv41_session_save(a, path) == 0, "the first save: %s", dsv41_error());
     size_t n0 = 0, n1 = 0;
-    uint8_t *before = read_bytes(path, &n0);
+    uint8_t *before = (uint8_t *)test_read_file(path, &n0);
     CHECK(dsv41_session_save(b, sub) == -1 && strstr(dsv41_error(), sub), "a path that is a directory: %s", dsv41_error());
     CHECK(dsv41_session_save(b, nodir) == -1 && strstr(dsv41_error(), nodir), "a missing directory: %s", dsv41_error());
     CHECK(dsv41_session_save(b, "") == -1, "an empty path");
@@ -221,7 +209,7 @@ static void test_failed_saves(const dsv41_model *m) {
     } else {
         printf("the read-only directory case is skipped: root writes into one\n");
     }
-    uint8_t *after = read_bytes(path, &n1);
+    uint8_t *after = (uint8_t *)test_read_file(path, &n1);
     CHECK(before && after && n0 == n1 && !memcmp(before, after, n0), "the earlier file is intact");
     CHECK(no_temp_files(dir), "no temporary file is left behind");
     CHECK(dsv41_session_load(c, path) == 0 && same_view(a, c, V), "the earlier file loads");

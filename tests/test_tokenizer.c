@@ -27,20 +27,6 @@ static void shared_path(char *out, size_t cap, const char *name) {
     snprintf(out, cap, "%s/tokenizer/%s", shared_dir(), name);
 }
 
-/* A whole file as a NUL-terminated string (length in *len), or NULL. */
-static char *read_text(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
-    fclose(f);
-    if (buf) { buf[n] = 0; *len = (size_t)n; }
-    return buf;
-}
-
 static json *load_shared_json(const char *name) {
     char path[1100], err[256];
     shared_path(path, sizeof path, name);
@@ -396,7 +382,7 @@ static void test_chat_vectors(const dsv41_tokenizer *t) {
     char path[1100], err[256];
     size_t len, start[256], lens[256];
     shared_path(path, sizeof path, "chat_vectors.json");
-    char *text = read_text(path, &len);
+    char *text = test_read_file(path, &len);
     CHECK(text != NULL, "shared data missing: %s", path);
     if (!text) return;
     size_t n = array_elements(text, len, start, lens, 256);

@@ -52,6 +52,20 @@ static inline int test_summary(void) {
     return test_failed != 0;
 }
 
+/* A whole file, NUL-terminated (its length in *len), malloc'd; NULL when it cannot be read. */
+static inline char *test_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
+    fclose(f);
+    if (buf) { buf[n] = 0; *len = (size_t)n; }
+    return buf;
+}
+
 /* The shared data folder: $DSV41_SHARED, or ../shared beside the checkout. */
 static inline const char *shared_dir(void) {
     const char *s = getenv("DSV41_SHARED");
