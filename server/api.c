@@ -19,9 +19,9 @@ int api_error(jbuf *out, int status, const char *param, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     const char *type = status == 401 ? "authentication_error" : status == 404 ? "not_found_error"
-                     : status >= 500 ? "server_error" : "invalid_request_error";
+                     : status == 501 ? "not_supported_error" : status >= 500 ? "server_error" : "invalid_request_error";
     const char *code = status == 401 ? "invalid_api_key" : status == 404 ? "not_found" : status == 405 ? "method_not_allowed"
-                     : status == 413 ? "request_too_large" : status == 503 ? "server_busy" : NULL;
+                     : status == 409 ? "slot_busy" : status == 413 ? "request_too_large" : status == 503 ? "server_busy" : NULL;
     out->n = 0;
     jb_puts(out, "{\"error\":{\"message\":");
     jb_str(out, msg, strlen(msg));
@@ -196,6 +196,27 @@ static int64_t tokenize(server *sv, const char *text, size_t len, int32_t **ids,
     return n;
 }
 
+/* The token ids of a JSON array, malloc'd; -1 after a 400 naming the first one that is not an
+ * id of this model. */
+static int64_t token_ids(server *sv, const dsv41_json *arr, int32_t **ids, const char *param, jbuf *err) {
+    size_t n = dsv41_json_len(arr);
+    if (!(*ids = malloc((n ? n : 1) * sizeof **ids))) return api_error(err, 500, NULL, "out of memory"), -1;
+    for (size_t i = 0; i < n; i++) {
+        const dsv41_json *t = dsv41_json_at(arr, i);
+        int is_int;
+        double id = dsv41_json_num(t, &is_int);
+        size_t len;
+        if (dsv41_json_type_of(t) != DSV41_JSON_NUM || !is_int || id < 0 || id > INT32_MAX ||
+            !dsv41_token_bytes(sv->tok, (int32_t)id, &len)) {
+            free(*ids);
+            *ids = NULL;
+            return api_error(err, 400, param, "%s[%zu] is not a token id of this model", param, i), -1;
+        }
+        (*ids)[i] = (int32_t)id;
+    }
+    return (int64_t)n;
+}
+
 int api_parse_generation(server *sv, gen_kind kind, const char *body, size_t n, gen *g, jbuf *err) {
     memset(g, 0, sizeof *g);
     g->kind = kind;
@@ -210,8 +231,9 @@ int api_parse_generation(server *sv, gen_kind kind, const char *body, size_t n, 
         if ((text = chat_prompt(root, &g->flags, err))) n_ids = tokenize(sv, text, strlen(text), &ids, "messages", err);
     } else {
         const dsv41_json *p = dsv41_json_get(root, "prompt");
-        if (dsv41_json_type_of(p) != DSV41_JSON_STR) bad_type(err, "prompt", "a string");
-        else n_ids = tokenize(sv, dsv41_json_str(p), dsv41_json_len(p), &ids, "prompt", err);
+        if (dsv41_json_type_of(p) == DSV41_JSON_STR) n_ids = tokenize(sv, dsv41_json_str(p), dsv41_json_len(p), &ids, "prompt", err);
+        else if (dsv41_json_type_of(p) == DSV41_JSON_ARR) n_ids = token_ids(sv, p, &ids, "prompt", err);
+        else bad_type(err, "prompt", "a string or an array of token ids");
     }
     free(text);
     if (!status && n_ids < 0) status = 400; /* err holds the reply */
@@ -222,7 +244,7 @@ int api_parse_generation(server *sv, gen_kind kind, const char *body, size_t n, 
     job *j = status ? NULL : job_new(ids, (int32_t)n_ids);
     free(ids);
     if (!status && !j) status = api_error(err, 500, NULL, "out of memory");
-    int64_t max_tokens = -1, cmax = -1, top_k = 0, seed = -1, n_choices = 1;
+    int64_t max_tokens = -1, cmax = -1, top_k = 0, seed = -1, n_choices = 1, id_slot = -1;
     if (!status) {
         j->sp = dsv41_sampler_params_default();
         const char *max_key = dsv41_json_get(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
@@ -230,7 +252,9 @@ int api_parse_generation(server *sv, gen_kind kind, const char *body, size_t n, 
             get_float(root, "temperature", 0, 2, &j->sp.temperature, err) || get_float(root, "top_p", 1e-6, 1, &j->sp.top_p, err) ||
             get_int(root, "top_k", 0, 1e9, &top_k, err) || get_float(root, "min_p", 0, 1, &j->sp.min_p, err) ||
             get_int(root, "seed", -1, 1.8e19, &seed, err) || get_int(root, "n", 1, 1, &n_choices, err) ||
-            get_bool(root, "stream", &g->stream, err) || get_stops(root, j, err))
+            get_bool(root, "stream", &g->stream, err) || get_stops(root, j, err) ||
+            get_bool(root, "cache_prompt", &j->cache_prompt, err) || get_int(root, "id_slot", -1, sv->n_slots - 1, &id_slot, err) ||
+            get_bool(root, "return_tokens", &g->return_tokens, err))
             status = 400;
         const dsv41_json *so = dsv41_json_get(root, "stream_options");
         if (!status && dsv41_json_type_of(so) != DSV41_JSON_NULL && dsv41_json_type_of(so) != DSV41_JSON_OBJ)
@@ -243,6 +267,7 @@ int api_parse_generation(server *sv, gen_kind kind, const char *body, size_t n, 
     }
     if (!status) {
         j->sp.top_k = (int32_t)top_k;
+        j->id_slot = (int32_t)id_slot;
         j->max_tokens = max_tokens > 0 ? (int32_t)max_tokens : sv->ctx - (int32_t)n_ids;
         pthread_mutex_lock(&sv->mu);
         uint64_t serial = ++sv->next_id;
@@ -327,6 +352,11 @@ int api_reply(server *sv, gen *g, jbuf *out) {
         jb_free(&calls);
     }
     jb_printf(out, ",\"logprobs\":null,\"finish_reason\":\"%s\"}],", finish);
+    if (g->return_tokens) {
+        jb_puts(out, "\"tokens\":[");
+        for (int32_t i = 0; i < j->n_gen; i++) jb_printf(out, "%s%d", i ? "," : "", j->ids[i]);
+        jb_puts(out, "],");
+    }
     put_usage(out, j);
     jb_puts(out, "}");
     return 200;
@@ -376,7 +406,7 @@ int api_stream(server *sv, gen *g, jbuf *out) {
     }
     g->sent_head = 1;
     /* one chunk per token, as far as the text is final */
-    for (; g->sent_marks < j->n_marks && j->marks[g->sent_marks] <= j->committed; g->sent_marks++)
+    for (; g->sent_marks < j->n_gen && j->marks[g->sent_marks] <= j->committed; g->sent_marks++)
         stream_parts(sv, g, out, text, j->marks[g->sent_marks], 0);
     if (j->end == END_NONE) return 0;
     if (j->end == END_ERROR) {

@@ -14,6 +14,7 @@ typedef struct {
     job *job;              /* submitted by the caller */
     int stream;            /* reply as server-sent events */
     int include_usage;     /* stream_options.include_usage */
+    int return_tokens;     /* the whole reply carries the generated ids as "tokens" */
     int flags;             /* DSV41_REPLY_THINKING / _TOOLS: how the reply splits */
     char id[48];           /* chatcmpl-... or cmpl-... */
     long long created;     /* unix seconds */
@@ -36,6 +37,10 @@ int api_stream(server *sv, gen *g, jbuf *out);
 int api_tokenize(server *sv, const char *body, size_t n, jbuf *out);
 int api_detokenize(server *sv, const char *body, size_t n, jbuf *out);
 int api_models(server *sv, jbuf *out);
+/* GET /slots, and POST /slots/{id}?action=save|restore|erase with {"filename": NAME} for the
+ * slot id given as text (slots.c). Return the HTTP status. */
+int api_slots(server *sv, jbuf *out);
+int api_slot_action(server *sv, const char *id, const char *action, const char *body, size_t n, jbuf *out);
 /* {"error": {"message", "type", "param", "code"}} for status; returns status. */
 int api_error(jbuf *out, int status, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 

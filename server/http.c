@@ -216,15 +216,20 @@ static enum MHD_Result route(request *rq) {
         if (!auth || strncmp(auth, "Bearer ", 7) || !key_matches(auth + 7, sv->api_key))
             return send_error(rq, 401, NULL, "a valid API key is required (Authorization: Bearer KEY)");
     }
+    const char *body = rq->body.p ? rq->body.p : "";
+    if (!strncmp(p, "/slots/", 7)) {
+        if (!post) return send_error(rq, 405, NULL, "use POST");
+        const char *action = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "action");
+        return send_json(rq, api_slot_action(sv, p + 7, action, body, rq->body.n, &out), &out);
+    }
     static const struct { const char *path; int post; } routes[] = {
         {"/health", 0}, {"/v1/models", 0}, {"/metrics", 0}, {"/v1/chat/completions", 1},
-        {"/v1/completions", 1}, {"/tokenize", 1}, {"/detokenize", 1},
+        {"/v1/completions", 1}, {"/tokenize", 1}, {"/detokenize", 1}, {"/slots", 0},
     };
     size_t r = 0, n_routes = sizeof routes / sizeof routes[0];
     while (r < n_routes && strcmp(p, routes[r].path)) r++;
     if (r == n_routes) return send_error(rq, 404, NULL, "no such route");
     if (routes[r].post ? !post : !get) return send_error(rq, 405, NULL, routes[r].post ? "use POST" : "use GET");
-    const char *body = rq->body.p ? rq->body.p : "";
     switch (r) {
     case 0: jb_puts(&out, "{\"status\":\"ok\"}"); return send_json(rq, 200, &out);
     case 1: return send_json(rq, api_models(sv, &out), &out);
@@ -240,7 +245,8 @@ static enum MHD_Result route(request *rq) {
     case 3: return generate(rq, GEN_CHAT);
     case 4: return generate(rq, GEN_COMPLETION);
     case 5: return send_json(rq, api_tokenize(sv, body, rq->body.n, &out), &out);
-    default: return send_json(rq, api_detokenize(sv, body, rq->body.n, &out), &out);
+    case 6: return send_json(rq, api_detokenize(sv, body, rq->body.n, &out), &out);
+    default: return send_json(rq, api_slots(sv, &out), &out);
     }
 }
 

@@ -1,4 +1,13 @@
-/* sched.c - slots, the request queue and the scheduler thread (see sched.h). */
+/* sched.c - slots, their prompt cache, the request queue and the scheduler thread (see sched.h).
+ *
+ * The prompt cache rests on two facts of the library. A session at position 0 takes a prefill
+ * of any length; a session further on takes one token per call, and feeding tokens one at a
+ * time is the same computation whether they were sampled or come from a prompt. So a slot
+ * whose tokens are a prefix of a new prompt continues with the rest one token per step, and
+ * a snapshot of an earlier state plus a replay of the tokens since gives exactly the state the
+ * slot would have had. A prefill is not the same computation as those steps, which is why a
+ * prompt equal to one the slot took before restores that prompt's snapshot (state and logits)
+ * instead of replaying anything: it gets exactly the reply it got then. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,14 +17,22 @@
 #include "sched.h"
 
 typedef struct {
-    dsv41_session *session; /* the slot's sequence state; NULL until first used */
-    int32_t *ids;           /* [n_ids] token ids the session holds (kept for prompt reuse) */
-    int32_t n_ids, cap_ids;
+    dsv41_session *session; /* the state at the end of an earlier prompt; NULL or position 0: none */
+    uint64_t used;          /* the tick it was taken or last restored: the least recent goes first */
+} snapshot;
+
+typedef struct {
+    dsv41_session *session; /* the live state; NULL until first used */
+    snapshot *snaps;        /* [n_snaps of sched] */
     job *job;               /* the request being served, NULL when free */
-    int prefilled;          /* the job's prompt is in the session */
+    int started;            /* the job's cache reuse is set up (scheduler thread only) */
+    int held;               /* a slot action has the slot: no job goes to it (under the lock) */
+    int32_t n_tokens;       /* tokens the live session holds, for /slots (under the lock) */
+    uint64_t used;          /* the tick it last took a job: the least recent goes first */
     dsv41_sampler *sampler; /* the job's sampler, seeded per request */
     float *logits;          /* [vocab] logits of the last fed token */
     dsv41_utf8_stream utf8; /* the job's characters split across tokens */
+    int32_t next;           /* the sampled token this step feeds */
 } slot;
 
 struct sched {
@@ -23,15 +40,26 @@ struct sched {
     const dsv41_tokenizer *tok;
     int32_t vocab, eos, ctx;
     slot *slots;               /* [n_slots] */
-    int32_t n_slots;
+    int32_t n_slots, n_snaps;  /* snapshots per slot */
     job *head, *tail;          /* waiting requests, oldest first */
     int32_t n_waiting, max_waiting;
-    pthread_mutex_t mu;        /* guards the queue, every job's progress, slot->job, the counters */
-    pthread_cond_t wake;       /* a request arrived, or stop */
+    pthread_mutex_t mu;        /* guards the queue, every job's progress, slot->job and ->held, the counters */
+    pthread_cond_t wake;       /* a request arrived, a slot action ended, or stop */
     pthread_t thread;
     int stopping;
-    uint64_t prompt_tokens, gen_tokens; /* totals since start */
-    double prefill_s, decode_s;         /* seconds spent in prefill and in decode steps */
+    atomic_uint_fast64_t tick; /* ages of slots and snapshots */
+    /* one step's call: [n_slots] each */
+    dsv41_session **b_sess;
+    const int32_t **b_ids;
+    int32_t *b_n;
+    float **b_logits;
+    slot **b_slot;
+    /* counters since start */
+    uint64_t prompt_tokens, gen_tokens, cached_tokens; /* prompt tokens computed, generated, reused */
+    uint64_t cold_tokens;                              /* of the prompt tokens, those of cold prefills */
+    uint64_t steps, batched_tokens;                    /* forward calls, tokens they fed */
+    int32_t last_batch;                                /* sessions in the latest step */
+    double prefill_s, decode_s; /* seconds in steps with a cold prefill, and in the others */
 };
 
 double now_s(void) {
@@ -51,6 +79,9 @@ job *job_new(const int32_t *prompt, int32_t n_prompt) {
     if (n_prompt > 0) memcpy(j->prompt, prompt, (size_t)n_prompt * sizeof *prompt);
     j->n_prompt = n_prompt;
     j->sp = (dsv41_sampler_params){.temperature = 1.0f, .top_p = 1.0f, .repeat_penalty = 1.0f};
+    j->id_slot = -1;
+    j->cache_prompt = 1;
+    j->slot = -1;
     atomic_init(&j->cancel, 0);
     pthread_cond_init(&j->changed, NULL);
     return j;
@@ -62,6 +93,7 @@ void job_free(job *j) {
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
     jb_free(&j->text);
     free(j->marks);
+    free(j->ids);
     pthread_cond_destroy(&j->changed);
     free(j);
 }
@@ -119,24 +151,126 @@ static void finish(slot *sl, job_end end, const char *error) {
     dsv41_sampler_free(sl->sampler);
     sl->sampler = NULL;
     sl->job = NULL;
-    sl->prefilled = 0;
+    sl->started = 0;
     unref(j);
 }
 
-/* With the lock held: the waiting jobs go to free slots, oldest first. */
-static void assign(sched *s) {
-    for (int32_t i = 0; i < s->n_slots && s->head; i++) {
-        slot *sl = &s->slots[i];
-        if (sl->job) continue;
-        job *j = s->head;
-        s->head = j->next;
-        if (!s->head) s->tail = NULL;
-        s->n_waiting--;
-        j->t_start = now_s();
-        sl->job = j;
-        sl->prefilled = 0;
-        memset(&sl->utf8, 0, sizeof sl->utf8);
+/* How many of the prompt's n tokens state st stands for: all of its tokens when they are a
+ * prefix of the prompt (the whole prompt only when st kept the last token's logits), else 0. */
+static int32_t usable(const dsv41_session *st, const int32_t *prompt, int32_t n) {
+    int32_t k = 0;
+    const int32_t *t = st ? dsv41_session_tokens(st, &k) : NULL;
+    if (k == 0 || k > n || memcmp(t, prompt, (size_t)k * sizeof *t)) return 0;
+    return k < n || dsv41_session_logits(st) ? k : 0;
+}
+
+/* The state of sl that j continues from: -1 for the live session, else a snapshot's index;
+ * *k gets the prompt tokens it covers (0: a cold prefill). */
+static int source(const sched *s, const slot *sl, const job *j, int32_t *k) {
+    int src = -1;
+    *k = 0;
+    if (!j->cache_prompt) return src;
+    *k = usable(sl->session, j->prompt, j->n_prompt);
+    for (int32_t i = 0; i < s->n_snaps; i++) {
+        int32_t u = usable(sl->snaps[i].session, j->prompt, j->n_prompt);
+        if (u > *k) *k = u, src = (int)i;
     }
+    return src;
+}
+
+/* With the lock held: the waiting jobs go to free slots, oldest first; each to the slot it
+ * names, else to the free slot that covers most of its prompt, else the least recently used
+ * one. A job naming a busy slot waits for it and lets later jobs pass. */
+static void assign(sched *s) {
+    job *prev = NULL;
+    for (job *j = s->head, *next; j; j = next) {
+        next = j->next;
+        int32_t pick = -1, best = -1;
+        for (int32_t i = 0; i < s->n_slots; i++) {
+            slot *sl = &s->slots[i];
+            if (sl->job || sl->held || (j->id_slot >= 0 && j->id_slot != i)) continue;
+            int32_t k;
+            source(s, sl, j, &k);
+            if (k > best || (k == best && sl->used < s->slots[pick].used)) pick = i, best = k;
+        }
+        if (pick < 0) {
+            prev = j;
+            continue;
+        }
+        if (prev) prev->next = next;
+        else s->head = next;
+        if (s->tail == j) s->tail = prev;
+        s->n_waiting--;
+        slot *sl = &s->slots[pick];
+        j->t_start = now_s();
+        j->slot = pick;
+        sl->job = j;
+        sl->started = 0;
+        sl->used = atomic_fetch_add(&s->tick, 1) + 1;
+    }
+}
+
+/* Keeps the live state, whose prompt just went in, as a snapshot. The same tokens kept already
+ * only refresh that snapshot's age (the first state made for a prompt stays its state); else
+ * the least recently used snapshot is replaced. A snapshot that cannot be made is none. */
+static void keep_snapshot(sched *s, slot *sl) {
+    if (!s->n_snaps) return;
+    int32_t n;
+    const int32_t *t = dsv41_session_tokens(sl->session, &n);
+    snapshot *old = &sl->snaps[0];
+    for (int32_t i = 0; i < s->n_snaps; i++) {
+        snapshot *sn = &sl->snaps[i];
+        int32_t m = 0;
+        const int32_t *u = sn->session ? dsv41_session_tokens(sn->session, &m) : NULL;
+        if (m == n && !memcmp(u, t, (size_t)n * sizeof *t)) {
+            sn->used = atomic_fetch_add(&s->tick, 1) + 1;
+            return;
+        }
+        if (sn->used < old->used) old = sn;
+    }
+    if (!old->session && !(old->session = dsv41_session_new(s->model))) return;
+    if (dsv41_session_copy(old->session, sl->session)) {
+        dsv41_session_reset(old->session);
+        old->used = 0;
+        return;
+    }
+    old->used = atomic_fetch_add(&s->tick, 1) + 1;
+}
+
+/* Empties the slot's snapshots. */
+static void drop_snapshots(slot *sl, int32_t n_snaps) {
+    for (int32_t i = 0; i < n_snaps; i++) {
+        if (sl->snaps[i].session) dsv41_session_reset(sl->snaps[i].session);
+        sl->snaps[i].used = 0;
+    }
+}
+
+/* Sets up a new job on its slot: the live session continues from the best cached state (a
+ * snapshot copied in, or itself), or is emptied for a cold prefill. A prompt the cache holds
+ * whole goes straight to sampling from the kept logits. NULL, or what failed. */
+static const char *start(sched *s, slot *sl) {
+    job *j = sl->job;
+    int32_t k;
+    int src = source(s, sl, j, &k);
+    if (!sl->session && !(sl->session = dsv41_session_new(s->model))) return dsv41_error();
+    if (!(sl->sampler = dsv41_sampler_new(&j->sp, s->vocab))) return dsv41_error();
+    if (src >= 0) {
+        if (dsv41_session_copy(sl->session, sl->snaps[src].session)) return dsv41_error();
+        sl->snaps[src].used = atomic_fetch_add(&s->tick, 1) + 1;
+    } else if (k == 0 && dsv41_session_pos(sl->session) > 0 && dsv41_session_reset(sl->session))
+        return dsv41_error();
+    memset(&sl->utf8, 0, sizeof sl->utf8);
+    if (k == j->n_prompt) {
+        memcpy(sl->logits, dsv41_session_logits(sl->session), (size_t)s->vocab * sizeof *sl->logits);
+        keep_snapshot(s, sl);
+    }
+    sched_lock(s);
+    j->n_cached = k;
+    s->cached_tokens += (uint64_t)k;
+    sl->started = 1;
+    sl->n_tokens = dsv41_session_pos(sl->session);
+    sched_unlock(s);
+    return NULL;
 }
 
 /* How many trailing bytes of text could still begin one of the stop strings. */
@@ -153,19 +287,22 @@ static size_t stop_tail(const job *j) {
     return keep;
 }
 
-/* With the lock held: appends a token's text; returns 1 when a stop string ended the reply. */
-static int append(job *j, const char *piece, size_t n) {
+/* With the lock held: appends a token and its text; 1 when a stop string ended the reply, -1
+ * out of memory. */
+static int append(job *j, int32_t id, const char *piece, size_t n) {
+    if (j->n_gen == j->cap_ids) {
+        int32_t cap = j->cap_ids ? 2 * j->cap_ids : 64;
+        size_t *nm = realloc(j->marks, (size_t)cap * sizeof *nm);
+        if (nm) j->marks = nm;
+        int32_t *ni = nm ? realloc(j->ids, (size_t)cap * sizeof *ni) : NULL;
+        if (!ni) return -1;
+        j->ids = ni;
+        j->cap_ids = cap;
+    }
     size_t from = j->text.n;
     jb_put(&j->text, piece, n);
-    j->n_gen++;
-    if (j->n_marks == j->cap_marks) {
-        int32_t cap = j->cap_marks ? 2 * j->cap_marks : 64;
-        size_t *nm = realloc(j->marks, (size_t)cap * sizeof *nm);
-        if (!nm) return 0; /* the marks only split the stream into chunks */
-        j->marks = nm;
-        j->cap_marks = cap;
-    }
-    j->marks[j->n_marks++] = j->text.n;
+    j->ids[j->n_gen] = id;
+    j->marks[j->n_gen++] = j->text.n;
     for (int i = 0; i < j->n_stops; i++) {
         size_t sl = strlen(j->stops[i]), start = from >= sl ? from - sl + 1 : 0;
         char *hit = j->text.n ? memmem(j->text.p + start, j->text.n - start, j->stops[i], sl) : NULL;
@@ -179,73 +316,88 @@ static int append(job *j, const char *piece, size_t n) {
     return 0;
 }
 
-/* Records the ids the slot's session now holds. */
-static int keep_ids(slot *sl, const int32_t *ids, int32_t n) {
-    if (sl->n_ids + n > sl->cap_ids) {
-        int32_t cap = sl->cap_ids ? sl->cap_ids : 256;
-        while (cap < sl->n_ids + n) cap *= 2;
-        int32_t *ni = realloc(sl->ids, (size_t)cap * sizeof *ni);
-        if (!ni) return -1;
-        sl->ids = ni;
-        sl->cap_ids = cap;
-    }
-    memcpy(sl->ids + sl->n_ids, ids, (size_t)n * sizeof *ids);
-    sl->n_ids += n;
-    return 0;
-}
-
-/* A fresh session with the job's prompt. (Reusing a slot's cached prefix is the prompt cache's
- * business: a prefill and an append of the same tokens are not the same computation.) */
-static void prefill(sched *s, slot *sl) {
+/* Samples the slot's next token and hands its text to the job; 1 when the token is to be fed
+ * (the reply goes on), 0 when the job ended. */
+static int sample_next(sched *s, slot *sl) {
     job *j = sl->job;
-    double t0 = now_s();
-    const char *err = NULL;
-    if (!sl->session || dsv41_session_pos(sl->session) > 0) {
-        dsv41_session_free(sl->session);
-        sl->session = dsv41_session_new(s->model);
-        sl->n_ids = 0;
-    }
-    if (!sl->session) err = dsv41_error();
-    else if (!(sl->sampler = dsv41_sampler_new(&j->sp, s->vocab))) err = dsv41_error();
-    else if (dsv41_session_forward(sl->session, j->prompt, j->n_prompt, sl->logits, NULL)) err = dsv41_error();
-    else if (keep_ids(sl, j->prompt, j->n_prompt)) err = "out of memory";
-    sched_lock(s);
-    if (err) finish(sl, END_ERROR, err);
-    else {
-        sl->prefilled = 1;
-        s->prompt_tokens += (uint64_t)j->n_prompt;
-        s->prefill_s += now_s() - t0;
-    }
-    sched_unlock(s);
-}
-
-/* One token: sample, hand its text to the job, and feed it unless the reply ends here. */
-static void decode(sched *s, slot *sl) {
-    job *j = sl->job;
-    double t0 = now_s();
     int32_t id = dsv41_sample(sl->sampler, sl->logits);
-    if (id == s->eos) {
-        sched_lock(s);
-        finish(sl, END_STOP, NULL);
-        sched_unlock(s);
-        return;
-    }
     char piece[4096];
-    int64_t n = dsv41_detokenize(s->tok, &sl->utf8, id, piece, sizeof piece);
+    int64_t n = id == s->eos ? 0 : dsv41_detokenize(s->tok, &sl->utf8, id, piece, sizeof piece);
     sched_lock(s);
-    int stop = append(j, piece, n > 0 ? (size_t)n : 0);
+    int stop = id == s->eos ? 1 : append(j, id, piece, n > 0 ? (size_t)n : 0);
     pthread_cond_broadcast(&j->changed);
     int more = !stop && j->n_gen < j->max_tokens && dsv41_session_pos(sl->session) + 1 < s->ctx;
-    if (!more) finish(sl, stop ? END_STOP : END_LENGTH, NULL);
+    if (!more) finish(sl, stop < 0 ? END_ERROR : stop ? END_STOP : END_LENGTH, stop < 0 ? "out of memory" : NULL);
     sched_unlock(s);
-    if (!more) return;
-    const char *err = NULL;
-    if (dsv41_session_forward(sl->session, &id, 1, sl->logits, NULL)) err = dsv41_error();
-    else if (keep_ids(sl, &id, 1)) err = "out of memory";
+    sl->next = id;
+    return more;
+}
+
+/* One step: every busy slot with a token to feed (a sampled one, or the next of a prompt that
+ * extends its cache) and at most one cold prefill, the oldest waiting, go through one forward
+ * call; the other cold prefills wait for the next step, so a running stream waits at most one
+ * prefill per token. Then the slots whose prompt just went in keep a snapshot. */
+static void step(sched *s) {
+    int32_t count = 0, cold = -1, cold_n = 0, prompt_tokens = 0, gen = 0;
+    /* slot->job changes only on this thread, so it is read here without the lock */
+    for (int32_t i = 0; i < s->n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->job) continue;
+        const char *err = NULL;
+        if (atomic_load(&sl->job->cancel)) {
+            sched_lock(s);
+            finish(sl, END_CANCEL, NULL);
+            sched_unlock(s);
+            continue;
+        }
+        if (!sl->started && (err = start(s, sl))) {
+            sched_lock(s);
+            finish(sl, END_ERROR, err);
+            sched_unlock(s);
+            continue;
+        }
+        job *j = sl->job;
+        int32_t pos = dsv41_session_pos(sl->session);
+        if (pos == 0) {
+            if (cold < 0 || j->t_start < s->slots[cold].job->t_start) cold = i;
+            continue;
+        }
+        const int32_t *ids = pos < j->n_prompt ? &j->prompt[pos] : &sl->next;
+        if (pos < j->n_prompt) prompt_tokens++;
+        else if (sample_next(s, sl)) gen++;
+        else continue;
+        s->b_slot[count] = sl, s->b_sess[count] = sl->session, s->b_ids[count] = ids, s->b_n[count] = 1;
+        s->b_logits[count++] = sl->logits;
+    }
+    if (cold >= 0) {
+        slot *sl = &s->slots[cold];
+        s->b_slot[count] = sl, s->b_sess[count] = sl->session, s->b_ids[count] = sl->job->prompt;
+        prompt_tokens += cold_n = s->b_n[count] = sl->job->n_prompt;
+        s->b_logits[count++] = sl->logits;
+    }
+    if (!count) return;
+    double t0 = now_s();
+    int rc = dsv41_batch_forward(s->b_sess, s->b_ids, s->b_n, count, s->b_logits);
+    double dt = now_s() - t0;
+    const char *err = rc ? dsv41_error() : NULL;
+    for (int32_t i = 0; i < count; i++) {
+        slot *sl = s->b_slot[i];
+        if (err) dsv41_session_reset(sl->session); /* its state is not known: nothing is cached */
+        else if (dsv41_session_pos(sl->session) == sl->job->n_prompt) keep_snapshot(s, sl);
+    }
     sched_lock(s);
-    if (err) finish(sl, END_ERROR, err);
-    s->gen_tokens++;
-    s->decode_s += now_s() - t0;
+    for (int32_t i = 0; i < count; i++) {
+        slot *sl = s->b_slot[i];
+        sl->n_tokens = dsv41_session_pos(sl->session);
+        if (err) finish(sl, END_ERROR, err);
+    }
+    s->steps++;
+    s->last_batch = count;
+    s->batched_tokens += (uint64_t)(prompt_tokens + gen);
+    s->prompt_tokens += (uint64_t)prompt_tokens;
+    s->gen_tokens += (uint64_t)gen;
+    if (cold >= 0) s->prefill_s += dt, s->cold_tokens += (uint64_t)cold_n;
+    else s->decode_s += dt;
     sched_unlock(s);
 }
 
@@ -262,27 +414,34 @@ static void *run(void *arg) {
             continue;
         }
         sched_unlock(s);
-        /* slot->job changes only on this thread, so it is read here without the lock */
-        for (int32_t i = 0; i < s->n_slots; i++) {
-            slot *sl = &s->slots[i];
-            if (!sl->job) continue;
-            if (atomic_load(&sl->job->cancel)) {
-                sched_lock(s);
-                finish(sl, END_CANCEL, NULL);
-                sched_unlock(s);
-            } else if (!sl->prefilled) prefill(s, sl);
-            else decode(s, sl);
-        }
+        step(s);
         sched_lock(s);
     }
     sched_unlock(s);
     return NULL;
 }
 
-sched *sched_start(dsv41_model *m, const dsv41_tokenizer *tk, int32_t n_slots, int32_t max_waiting, int32_t ctx) {
+/* Frees the slots and the step's arrays. */
+static void free_slots(sched *s) {
+    for (int32_t i = 0; s->slots && i < s->n_slots; i++) {
+        slot *sl = &s->slots[i];
+        dsv41_session_free(sl->session);
+        for (int32_t k = 0; sl->snaps && k < s->n_snaps; k++) dsv41_session_free(sl->snaps[k].session);
+        free(sl->snaps);
+        free(sl->logits);
+    }
+    free(s->slots);
+    free(s->b_sess);
+    free(s->b_ids);
+    free(s->b_n);
+    free(s->b_logits);
+    free(s->b_slot);
+}
+
+sched *sched_start(dsv41_model *m, const dsv41_tokenizer *tk, int32_t n_slots, int32_t n_snaps, int32_t max_waiting,
+                   int32_t ctx) {
     sched *s = calloc(1, sizeof *s);
-    if (!s || !(s->slots = calloc((size_t)n_slots, sizeof *s->slots))) {
-        free(s);
+    if (!s) {
         fprintf(stderr, "dsv41: serve: out of memory\n");
         return NULL;
     }
@@ -293,16 +452,24 @@ sched *sched_start(dsv41_model *m, const dsv41_tokenizer *tk, int32_t n_slots, i
     if (s->eos < 0) s->eos = 1;
     s->ctx = ctx;
     s->n_slots = n_slots;
+    s->n_snaps = n_snaps;
     s->max_waiting = max_waiting;
+    atomic_init(&s->tick, 0);
+    size_t n = (size_t)n_slots;
+    int ok = (s->slots = calloc(n, sizeof *s->slots)) && (s->b_sess = calloc(n, sizeof *s->b_sess)) &&
+             (s->b_ids = calloc(n, sizeof *s->b_ids)) && (s->b_n = calloc(n, sizeof *s->b_n)) &&
+             (s->b_logits = calloc(n, sizeof *s->b_logits)) && (s->b_slot = calloc(n, sizeof *s->b_slot));
+    for (int32_t i = 0; ok && i < n_slots; i++)
+        ok = (s->slots[i].logits = malloc((size_t)s->vocab * sizeof(float))) &&
+             (s->slots[i].snaps = calloc((size_t)(n_snaps ? n_snaps : 1), sizeof *s->slots[i].snaps));
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
-    int ok = 1;
-    for (int32_t i = 0; i < n_slots; i++) ok &= (s->slots[i].logits = malloc((size_t)s->vocab * sizeof(float))) != NULL;
     int rc = ok ? pthread_create(&s->thread, NULL, run, s) : ENOMEM;
     if (rc) {
         fprintf(stderr, "dsv41: serve: cannot start the scheduler: %s\n", strerror(rc));
-        for (int32_t i = 0; i < n_slots; i++) free(s->slots[i].logits);
-        free(s->slots);
+        free_slots(s);
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->wake);
         free(s);
         return NULL;
     }
@@ -331,15 +498,54 @@ void sched_shutdown(sched *s) {
 void sched_stop(sched *s) {
     sched_shutdown(s);
     pthread_join(s->thread, NULL);
-    for (int32_t i = 0; i < s->n_slots; i++) {
-        dsv41_session_free(s->slots[i].session);
-        free(s->slots[i].ids);
-        free(s->slots[i].logits);
-    }
-    free(s->slots);
+    free_slots(s);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->wake);
     free(s);
+}
+
+/* The slot is taken from the scheduler (no job, held) for the action's file work, so the other
+ * slots go on stepping meanwhile; the scheduler never touches a held slot. A restore verifies
+ * the whole file before it changes anything (the library's load), and then the slot's
+ * snapshots, made from other states, give way to one of the restored state. */
+slot_result sched_slot_action(sched *s, int32_t id, slot_action action, const char *path, int32_t *n_tokens) {
+    slot *sl = &s->slots[id];
+    sched_lock(s);
+    int busy = sl->job || sl->held;
+    if (!busy) sl->held = 1;
+    sched_unlock(s);
+    if (busy) return SLOT_BUSY;
+    int rc = 0;
+    *n_tokens = 0;
+    if (!sl->session && !(sl->session = dsv41_session_new(s->model))) rc = -1;
+    else if (action == SLOT_SAVE) rc = dsv41_session_save(sl->session, path);
+    else if (action == SLOT_RESTORE && !(rc = dsv41_session_load(sl->session, path))) {
+        drop_snapshots(sl, s->n_snaps);
+        if (dsv41_session_pos(sl->session) > 0) keep_snapshot(s, sl);
+    }
+    if (!rc && sl->session) *n_tokens = dsv41_session_pos(sl->session);
+    if (!rc && action == SLOT_ERASE) {
+        dsv41_session_reset(sl->session);
+        drop_snapshots(sl, s->n_snaps);
+    }
+    sched_lock(s);
+    sl->held = 0;
+    sl->n_tokens = sl->session ? dsv41_session_pos(sl->session) : 0;
+    pthread_cond_signal(&s->wake);
+    sched_unlock(s);
+    return rc ? SLOT_FAILED : SLOT_OK;
+}
+
+void sched_slots_json(sched *s, jbuf *out) {
+    sched_lock(s);
+    jb_puts(out, "[");
+    for (int32_t i = 0; i < s->n_slots; i++) {
+        const slot *sl = &s->slots[i];
+        jb_printf(out, "%s{\"id\":%d,\"busy\":%s,\"n_tokens\":%d}", i ? "," : "", i, sl->job || sl->held ? "true" : "false",
+                  sl->n_tokens);
+    }
+    jb_puts(out, "]");
+    sched_unlock(s);
 }
 
 void sched_metrics(sched *s, jbuf *out) {
@@ -347,20 +553,29 @@ void sched_metrics(sched *s, jbuf *out) {
     int32_t busy = 0;
     for (int32_t i = 0; i < s->n_slots; i++) busy += s->slots[i].job != NULL;
     jb_printf(out,
-              "# HELP dsv41_prompt_tokens_total Prompt tokens prefilled.\n# TYPE dsv41_prompt_tokens_total counter\n"
-              "dsv41_prompt_tokens_total %llu\n"
+              "# HELP dsv41_prompt_tokens_total Prompt tokens computed (a cold prefill, or an extension of a cached prompt).\n"
+              "# TYPE dsv41_prompt_tokens_total counter\ndsv41_prompt_tokens_total %llu\n"
+              "# HELP dsv41_cached_tokens_total Prompt tokens reused from a slot's cache.\n"
+              "# TYPE dsv41_cached_tokens_total counter\ndsv41_cached_tokens_total %llu\n"
               "# HELP dsv41_generated_tokens_total Tokens generated.\n# TYPE dsv41_generated_tokens_total counter\n"
               "dsv41_generated_tokens_total %llu\n"
-              "# HELP dsv41_prefill_tokens_per_second Prompt tokens per second of prefill, since start.\n"
+              "# HELP dsv41_steps_total Forward calls of the scheduler, each over every slot with work.\n"
+              "# TYPE dsv41_steps_total counter\ndsv41_steps_total %llu\n"
+              "# HELP dsv41_batched_tokens_total Tokens fed by the scheduler's forward calls.\n"
+              "# TYPE dsv41_batched_tokens_total counter\ndsv41_batched_tokens_total %llu\n"
+              "# HELP dsv41_batch_size Sessions advanced by the latest step.\n# TYPE dsv41_batch_size gauge\n"
+              "dsv41_batch_size %d\n"
+              "# HELP dsv41_prefill_tokens_per_second Cold prefill tokens per second of the steps with one, since start.\n"
               "# TYPE dsv41_prefill_tokens_per_second gauge\ndsv41_prefill_tokens_per_second %.3f\n"
-              "# HELP dsv41_decode_tokens_per_second Generated tokens per second of decode, since start.\n"
+              "# HELP dsv41_decode_tokens_per_second Generated tokens per second of the other steps, since start.\n"
               "# TYPE dsv41_decode_tokens_per_second gauge\ndsv41_decode_tokens_per_second %.3f\n"
               "# HELP dsv41_requests_waiting Requests waiting for a slot.\n# TYPE dsv41_requests_waiting gauge\n"
               "dsv41_requests_waiting %d\n"
               "# HELP dsv41_slots_busy Slots serving a request.\n# TYPE dsv41_slots_busy gauge\ndsv41_slots_busy %d\n"
               "# HELP dsv41_slots Slots in all.\n# TYPE dsv41_slots gauge\ndsv41_slots %d\n",
-              (unsigned long long)s->prompt_tokens, (unsigned long long)s->gen_tokens,
-              s->prefill_s > 0 ? (double)s->prompt_tokens / s->prefill_s : 0.0,
+              (unsigned long long)s->prompt_tokens, (unsigned long long)s->cached_tokens,
+              (unsigned long long)s->gen_tokens, (unsigned long long)s->steps, (unsigned long long)s->batched_tokens,
+              s->last_batch, s->prefill_s > 0 ? (double)s->cold_tokens / s->prefill_s : 0.0,
               s->decode_s > 0 ? (double)s->gen_tokens / s->decode_s : 0.0, s->n_waiting, busy, s->n_slots);
     sched_unlock(s);
 }

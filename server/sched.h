@@ -1,12 +1,12 @@
-/* sched.h - the server's slots and the one thread that runs the model for them.
+/* sched.h - the server's slots, their prompt cache, and the one thread that runs the model.
  *
- * A slot is a session with the token ids it holds, the request it serves and that request's
- * sampler. Requests wait in a FIFO queue until a slot is free. All model calls happen on the
- * scheduler thread, one slot's step at a time in turn (a prefill, or one sampled and decoded
- * token), so the library's sessions and its thread pool are only ever used by one caller, and a
- * later batched step (one forward over every busy slot) fits the same loop. A request's side
- * (an HTTP connection thread) reads the job's progress under the scheduler's lock and waits on
- * the job's condition variable. */
+ * A slot is a session (the live state), a few snapshots of earlier states (each taken when a
+ * prompt was fully in), the request it serves and that request's sampler. Requests wait in a
+ * FIFO queue until a slot is free. All model calls happen on the scheduler thread: each step
+ * gathers every busy slot that has a token to feed (a sampled token, or the next token of a
+ * prompt that extends the slot's cached tokens) plus at most one cold prefill, and advances them
+ * all with one dsv41_batch_forward call. A request's side (an HTTP connection thread) reads the
+ * job's progress under the scheduler's lock and waits on the job's condition variable. */
 #ifndef SERVE_SCHED_H
 #define SERVE_SCHED_H
 
@@ -29,13 +29,16 @@ typedef struct job {
     dsv41_sampler_params sp;
     char *stops[MAX_STOPS];   /* [n_stops] stop strings (owned) */
     int n_stops;
+    int32_t id_slot;          /* the slot asked for, -1: any */
+    int cache_prompt;         /* reuse what the slot holds (else a cold prefill) */
     /* progress: written by the scheduler, read under the lock */
     jbuf text;                /* the reply: whole characters, cut before a stop string */
     size_t committed;         /* text[0, committed) is final: no stop string can take it back */
-    size_t *marks;            /* [n_marks] text length after each token that added text */
-    int32_t n_marks, cap_marks;
-    int32_t n_gen;            /* tokens generated (an EOS is not counted) */
-    int32_t n_cached;         /* prompt tokens the slot already held */
+    size_t *marks;            /* [n_gen] text length after each generated token */
+    int32_t *ids;             /* [n_gen] the generated token ids (an EOS is not one) */
+    int32_t n_gen, cap_ids;   /* tokens generated; room in marks and ids */
+    int32_t n_cached;         /* prompt tokens reused from the slot's cache, not computed */
+    int32_t slot;             /* the slot that serves it, -1 until one does */
     job_end end;              /* END_NONE while the job runs */
     char error[256];          /* END_ERROR: what failed */
     double t_submit, t_start, t_end; /* seconds on the monotonic clock */
@@ -48,9 +51,11 @@ typedef struct job {
 
 typedef struct sched sched;
 
-/* Starts the scheduler with n_slots sessions of m; ctx bounds prompt plus reply; at most
- * max_waiting requests wait for a slot. NULL with a message on stderr on failure. */
-sched *sched_start(dsv41_model *m, const dsv41_tokenizer *tk, int32_t n_slots, int32_t max_waiting, int32_t ctx);
+/* Starts the scheduler with n_slots sessions of m, each keeping up to n_snaps snapshots; ctx
+ * bounds prompt plus reply; at most max_waiting requests wait for a slot. NULL with a message
+ * on stderr on failure. */
+sched *sched_start(dsv41_model *m, const dsv41_tokenizer *tk, int32_t n_slots, int32_t n_snaps, int32_t max_waiting,
+                   int32_t ctx);
 /* Refuses new jobs from now on and cancels every queued and running one. */
 void sched_shutdown(sched *s);
 /* Shuts down, joins the thread and frees the slots (not the model or tokenizer). */
@@ -71,7 +76,17 @@ void sched_unlock(sched *s);
 /* With the lock held: waits for j's progress, at most ms milliseconds. */
 void sched_wait(sched *s, job *j, int ms);
 
-/* Prometheus lines for tokens, speeds, waiting requests and busy slots. */
+/* ---- a slot's cache as a file, and its list. Each action takes the slot away from the
+ * scheduler while it runs (other slots keep stepping) and answers SLOT_BUSY while a request
+ * holds it; *n_tokens gets the tokens saved, restored or erased. */
+typedef enum { SLOT_OK, SLOT_BUSY, SLOT_FAILED } slot_result;
+typedef enum { SLOT_SAVE, SLOT_RESTORE, SLOT_ERASE } slot_action;
+/* SLOT_FAILED leaves dsv41_error() set and the slot as it was. */
+slot_result sched_slot_action(sched *s, int32_t id, slot_action action, const char *path, int32_t *n_tokens);
+/* A JSON array of {"id", "busy", "n_tokens"}. */
+void sched_slots_json(sched *s, jbuf *out);
+
+/* Prometheus lines for tokens, speeds, the step's batch, waiting requests and busy slots. */
 void sched_metrics(sched *s, jbuf *out);
 
 double now_s(void);

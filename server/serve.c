@@ -4,17 +4,22 @@
  * handler runs in the middle of a model call or a lock. On a stop signal the listener stops
  * accepting, every request is cancelled (a streamed one still gets its closing events), the
  * connections close once their handlers return, and the program exits 0. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "http.h"
 
 int cmd_serve(int argc, char **argv) {
-    const char *dir = NULL, *host = "127.0.0.1", *key = NULL, *kernels = NULL;
-    int32_t port = 8080, slots = 1, ctx = 0, threads = 0, timeout = 600, queue = 64;
+    const char *dir = NULL, *host = "127.0.0.1", *key = NULL, *kernels = NULL, *slot_dir = NULL;
+    int32_t port = 8080, slots = 1, ctx = 0, threads = 0, timeout = 600, queue = 64, snaps = 4;
     const cli_opt opts[] = {
         {"-m|--model", "DIR", OPT_STR, &dir, 0, 0, NULL, OPT_REQUIRED, "the checkpoint to serve (with its tokenizer.json)"},
         {"--host", "ADDR", OPT_STR, &host, 0, 0, NULL, "127.0.0.1", "the address to bind"},
@@ -25,6 +30,8 @@ int cmd_serve(int argc, char **argv) {
         {"--api-key", "KEY", OPT_STR, &key, 0, 0, NULL, "none", "require this key as a Bearer token"},
         {"--timeout", "S", OPT_I32, &timeout, 1, 1000000000, NULL, "600", "close a connection idle for S seconds"},
         {"--queue", "N", OPT_I32, &queue, 1, 1000000000, NULL, "64", "requests that may wait for a slot (then 503)"},
+        {"--slot-snapshots", "N", OPT_I32, &snaps, 0, 1000, NULL, "4", "states kept per slot for the prompt cache"},
+        {"--slot-save-path", "DIR", OPT_STR, &slot_dir, 0, 0, NULL, "none", "the folder of slot files (POST /slots/ID)"},
         OPT_KERNELS(&kernels),
     };
     const cli_cmd cmd = {.name = "serve",
@@ -40,6 +47,19 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     if (args_apply_threads(threads) || use_kernels(kernels)) return 2;
+    /* the slot folder, made when missing, resolved once: every slot file is named relative to it */
+    char slot_real[PATH_MAX];
+    int slot_fd = -1;
+    if (slot_dir) {
+        if (mkdir(slot_dir, 0700) && errno != EEXIST) {
+            fprintf(stderr, "dsv41: serve: --slot-save-path %s: %s\n", slot_dir, strerror(errno));
+            return 1;
+        }
+        if (!realpath(slot_dir, slot_real) || (slot_fd = open(slot_real, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+            fprintf(stderr, "dsv41: serve: --slot-save-path %s: %s\n", slot_dir, strerror(errno));
+            return 1;
+        }
+    }
 
     server sv = {0};
     char path[4096];
@@ -55,6 +75,7 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "dsv41: serve: -c %d is over the model's context of %d tokens\n", ctx, dsv41_model_max_seq_len(m));
     else rc = 0;
     if (rc) {
+        if (slot_fd >= 0) close(slot_fd);
         dsv41_tokenizer_free(tk);
         dsv41_model_free(m);
         return 1;
@@ -66,6 +87,9 @@ int cmd_serve(int argc, char **argv) {
     snprintf(sv.model_name, sizeof sv.model_name, "%.*s", (int)(len - start), dir + start);
     sv.ctx = ctx ? (int32_t)ctx : dsv41_model_max_seq_len(m);
     sv.tok = tk;
+    sv.n_slots = slots;
+    sv.slot_dir = slot_dir ? slot_real : NULL;
+    sv.slot_dirfd = slot_fd;
     sv.api_key = key;
     sv.body_limit = 8u << 20;
     pthread_mutex_init(&sv.mu, NULL);
@@ -80,7 +104,7 @@ int cmd_serve(int argc, char **argv) {
 
     int bound = 0;
     struct MHD_Daemon *d = NULL;
-    sv.sched = sched_start(m, tk, (int32_t)slots, (int32_t)queue, sv.ctx);
+    sv.sched = sched_start(m, tk, (int32_t)slots, (int32_t)snaps, (int32_t)queue, sv.ctx);
     if (sv.sched) d = http_start(&sv, host, (int)port, (int)timeout, &bound);
     if (d) {
         fprintf(stderr, "dsv41 serve: %s on http://%s:%d (%d slots, context %d tokens)\n", sv.model_name, host, bound, slots, sv.ctx);
@@ -93,6 +117,7 @@ int cmd_serve(int argc, char **argv) {
     }
     if (sv.sched) sched_stop(sv.sched);
     pthread_mutex_destroy(&sv.mu);
+    if (slot_fd >= 0) close(slot_fd);
     dsv41_tokenizer_free(tk);
     dsv41_model_free(m);
     return d ? 0 : 1;

@@ -14,6 +14,9 @@ enum { N_STATUS = 9 }; /* the statuses /metrics counts, see http.c */
 typedef struct {
     char model_name[256];         /* the checkpoint directory's name */
     int32_t ctx;                  /* tokens of prompt plus reply a request may use */
+    int32_t n_slots;              /* -np */
+    const char *slot_dir;         /* --slot-save-path, resolved; NULL: slot files are off */
+    int slot_dirfd;               /* that folder, open (O_DIRECTORY) */
     const dsv41_tokenizer *tok;
     sched *sched;
     const char *api_key;          /* NULL: no key required */
