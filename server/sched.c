@@ -325,6 +325,7 @@ static int sample_next(sched *s, slot *sl) {
     int64_t n = id == s->eos ? 0 : dsv41_detokenize(s->tok, &sl->utf8, id, piece, sizeof piece);
     sched_lock(s);
     int stop = id == s->eos ? 1 : append(j, id, piece, n > 0 ? (size_t)n : 0);
+    s->gen_tokens += id != s->eos;
     pthread_cond_broadcast(&j->changed);
     int more = !stop && j->n_gen < j->max_tokens && dsv41_session_pos(sl->session) + 1 < s->ctx;
     if (!more) finish(sl, stop < 0 ? END_ERROR : stop ? END_STOP : END_LENGTH, stop < 0 ? "out of memory" : NULL);
@@ -338,7 +339,7 @@ static int sample_next(sched *s, slot *sl) {
  * call; the other cold prefills wait for the next step, so a running stream waits at most one
  * prefill per token. Then the slots whose prompt just went in keep a snapshot. */
 static void step(sched *s) {
-    int32_t count = 0, cold = -1, cold_n = 0, prompt_tokens = 0, gen = 0;
+    int32_t count = 0, cold = -1, cold_n = 0, prompt_tokens = 0, sampled = 0;
     /* slot->job changes only on this thread, so it is read here without the lock */
     for (int32_t i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
@@ -364,7 +365,7 @@ static void step(sched *s) {
         }
         const int32_t *ids = pos < j->n_prompt ? &j->prompt[pos] : &sl->next;
         if (pos < j->n_prompt) prompt_tokens++;
-        else if (sample_next(s, sl)) gen++;
+        else if (sample_next(s, sl)) sampled++;
         else continue;
         s->b_slot[count] = sl, s->b_sess[count] = sl->session, s->b_ids[count] = ids, s->b_n[count] = 1;
         s->b_logits[count++] = sl->logits;
@@ -393,9 +394,8 @@ static void step(sched *s) {
     }
     s->steps++;
     s->last_batch = count;
-    s->batched_tokens += (uint64_t)(prompt_tokens + gen);
+    s->batched_tokens += (uint64_t)(prompt_tokens + sampled);
     s->prompt_tokens += (uint64_t)prompt_tokens;
-    s->gen_tokens += (uint64_t)gen;
     if (cold >= 0) s->prefill_s += dt, s->cold_tokens += (uint64_t)cold_n;
     else s->decode_s += dt;
     sched_unlock(s);

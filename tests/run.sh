@@ -7,7 +7,7 @@ tally() { # $1: a program's output; adds its closing line's counts
     if [ -z "$line" ]; then failed=$((failed + 1)); echo "no summary line: counted as one failure"; return; fi
     passed=$((passed + ${line%% passed*})); f=${line#*passed, }; failed=$((failed + ${f%% failed*}))
 }
-for t in "$@" tests/cli.sh tests/cli_text.sh tests/cli_chat.sh tests/cli_input.sh tests/cli_guard.sh tests/cli_skeleton.sh tests/serve.sh tests/neon.sh tests/load.sh tests/python.sh tests/install.sh; do
+for t in "$@" tests/cli.sh tests/cli_text.sh tests/cli_chat.sh tests/cli_input.sh tests/cli_guard.sh tests/cli_skeleton.sh tests/serve.sh tests/serve_slots.sh tests/neon.sh tests/load.sh tests/python.sh tests/install.sh; do
     echo "== $t"
     t0=$(date +%s)
     out=$("$t" 2>&1); rc=$?
