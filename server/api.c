@@ -479,19 +479,15 @@ int api_detokenize(server *sv, const char *body, size_t n, jbuf *out) {
     int status = 200;
     jbuf text = {0};
     dsv41_utf8_stream st = {{0}, 0};
+    int32_t *ids = NULL;
+    int64_t n_ids = 0;
     if (dsv41_json_type_of(tokens) != DSV41_JSON_ARR) status = (bad_type(out, "tokens", "an array of token ids"), 400);
-    for (size_t i = 0; status == 200 && i < dsv41_json_len(tokens); i++) {
-        const dsv41_json *t = dsv41_json_at(tokens, i);
-        int is_int;
-        double id = dsv41_json_num(t, &is_int);
+    else if ((n_ids = token_ids(sv, tokens, &ids, "tokens", out)) < 0) status = 400;
+    for (int64_t i = 0; status == 200 && i < n_ids; i++) {
         size_t len;
-        if (dsv41_json_type_of(t) != DSV41_JSON_NUM || !is_int || id < 0 || id > INT32_MAX ||
-            !dsv41_token_bytes(sv->tok, (int32_t)id, &len)) {
-            status = api_error(out, 400, "tokens", "tokens[%zu] is not a token id of this model", i);
-            break;
-        }
+        dsv41_token_bytes(sv->tok, ids[i], &len);
         char *piece = malloc(3 * (len + 3));
-        int64_t got = piece ? dsv41_detokenize(sv->tok, &st, (int32_t)id, piece, (int64_t)(3 * (len + 3))) : -1;
+        int64_t got = piece ? dsv41_detokenize(sv->tok, &st, ids[i], piece, (int64_t)(3 * (len + 3))) : -1;
         if (got > 0) jb_put(&text, piece, (size_t)got);
         free(piece);
         if (got < 0) status = api_error(out, 500, NULL, "out of memory");
@@ -502,6 +498,7 @@ int api_detokenize(server *sv, const char *body, size_t n, jbuf *out) {
         jb_str(out, text.p ? text.p : "", text.n);
         jb_puts(out, "}");
     }
+    free(ids);
     jb_free(&text);
     dsv41_json_free(root);
     return status;

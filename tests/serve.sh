@@ -78,12 +78,14 @@ for i in 0 1 2 3 4 5 6 7; do
     req POST /v1/chat/completions "$(chat "Question $i: what is $i + $i?" $n)"
     cp "$tmp/resp" "$tmp/alone$i"
 done
-# (counters before and after: with batching the 8 replies take fewer steps than tokens)
+# (cold prefills, so that each joins a step of the others' decoding; counters before and after:
+# with batching the 8 replies take fewer steps than tokens)
 req GET /metrics
 cp "$tmp/resp" "$tmp/metrics0"
 cpids=""
 for i in 0 1 2 3 4 5 6 7; do
-    curl -s -o "$tmp/par$i" "http://127.0.0.1:$port/v1/chat/completions" --data-binary "$(chat "Question $i: what is $i + $i?" $n)" &
+    curl -s -o "$tmp/par$i" "http://127.0.0.1:$port/v1/chat/completions" \
+        --data-binary "$(chat "Question $i: what is $i + $i?" $n | sed 's/}$/,"cache_prompt":false}/')" &
     cpids="$cpids $!"
 done
 for c in $cpids; do wait $c; done
