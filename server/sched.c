@@ -19,6 +19,7 @@
 typedef struct {
     dsv41_session *session; /* the state at the end of an earlier prompt; NULL or position 0: none */
     uint64_t used;          /* the tick it was taken or last restored: the least recent goes first */
+    int cold;               /* made by a prefill of the whole prompt (not by appending to a cache) */
 } snapshot;
 
 typedef struct {
@@ -210,10 +211,12 @@ static void assign(sched *s) {
     }
 }
 
-/* Keeps the live state, whose prompt just went in, as a snapshot. The same tokens kept already
- * only refresh that snapshot's age (the first state made for a prompt stays its state); else
- * the least recently used snapshot is replaced. A snapshot that cannot be made is none. */
-static void keep_snapshot(sched *s, slot *sl) {
+/* Keeps the live state, whose prompt just went in, as a snapshot; cold: it came from a prefill
+ * of the whole prompt. The same tokens kept already only refresh that snapshot's age, unless
+ * this state is a cold prefill's and that one was appended: a prompt's cold state is the one
+ * a repeated prompt should restore. Else the least recently used snapshot is replaced. A
+ * snapshot that cannot be made is none. */
+static void keep_snapshot(sched *s, slot *sl, int cold) {
     if (!s->n_snaps) return;
     int32_t n;
     const int32_t *t = dsv41_session_tokens(sl->session, &n);
@@ -223,8 +226,12 @@ static void keep_snapshot(sched *s, slot *sl) {
         int32_t m = 0;
         const int32_t *u = sn->session ? dsv41_session_tokens(sn->session, &m) : NULL;
         if (m == n && !memcmp(u, t, (size_t)n * sizeof *t)) {
-            sn->used = atomic_fetch_add(&s->tick, 1) + 1;
-            return;
+            if (sn->cold || !cold) {
+                sn->used = atomic_fetch_add(&s->tick, 1) + 1;
+                return;
+            }
+            old = sn;
+            break;
         }
         if (sn->used < old->used) old = sn;
     }
@@ -235,6 +242,7 @@ static void keep_snapshot(sched *s, slot *sl) {
         return;
     }
     old->used = atomic_fetch_add(&s->tick, 1) + 1;
+    old->cold = cold;
 }
 
 /* Empties the slot's snapshots. */
@@ -262,7 +270,7 @@ static const char *start(sched *s, slot *sl) {
     memset(&sl->utf8, 0, sizeof sl->utf8);
     if (k == j->n_prompt) {
         memcpy(sl->logits, dsv41_session_logits(sl->session), (size_t)s->vocab * sizeof *sl->logits);
-        keep_snapshot(s, sl);
+        keep_snapshot(s, sl, 0);
     }
     sched_lock(s);
     j->n_cached = k;
@@ -384,7 +392,7 @@ static void step(sched *s) {
     for (int32_t i = 0; i < count; i++) {
         slot *sl = s->b_slot[i];
         if (err) dsv41_session_reset(sl->session); /* its state is not known: nothing is cached */
-        else if (dsv41_session_pos(sl->session) == sl->job->n_prompt) keep_snapshot(s, sl);
+        else if (dsv41_session_pos(sl->session) == sl->job->n_prompt) keep_snapshot(s, sl, cold >= 0 && sl == &s->slots[cold]);
     }
     sched_lock(s);
     for (int32_t i = 0; i < count; i++) {
@@ -521,7 +529,7 @@ slot_result sched_slot_action(sched *s, int32_t id, slot_action action, const ch
     else if (action == SLOT_SAVE) rc = dsv41_session_save(sl->session, path);
     else if (action == SLOT_RESTORE && !(rc = dsv41_session_load(sl->session, path))) {
         drop_snapshots(sl, s->n_snaps);
-        if (dsv41_session_pos(sl->session) > 0) keep_snapshot(s, sl);
+        if (dsv41_session_pos(sl->session) > 0) keep_snapshot(s, sl, 0);
     }
     if (!rc && sl->session) *n_tokens = dsv41_session_pos(sl->session);
     if (!rc && action == SLOT_ERASE) {

@@ -55,9 +55,16 @@ held=$((np + n - 1))
 complete "$ext"
 same "an extended prompt appends only its new tokens ($held cached)" "$(ref "$P" "$tail")" "$held"
 
-# cache_prompt false: a cold prefill of the whole prompt, nothing cached
+# cache_prompt false: a cold prefill of the whole prompt, nothing cached; on the slot that holds
+# the prompt by appending, the cold state replaces that one, so the prompt asked again gets the
+# cold reply with every token cached
+cold=$(ref "$ext" '[]')
 complete "$ext" ',"cache_prompt":false'
-same "cache_prompt false: a cold prefill" "$(ref "$ext" '[]')" 0
+same "cache_prompt false: a cold prefill" "$cold" 0
+complete "$ext" ',"cache_prompt":false,"id_slot":0'
+same "cache_prompt false on the slot that appended the prompt" "$cold" 0
+complete "$ext" ',"id_slot":0'
+same "the prompt again: the cold prefill's reply, all cached" "$cold" "$(python3 -c 'import json,sys; print(len(json.loads(sys.argv[1])))' "$ext")"
 
 # a prompt that leaves the slot's tokens after the first prompt: it rewinds to that prompt's
 # snapshot and appends the rest
