@@ -166,7 +166,8 @@ static int32_t usable(const dsv41_session *st, const int32_t *prompt, int32_t n)
 }
 
 /* The state of sl that j continues from: -1 for the live session, else a snapshot's index;
- * *k gets the prompt tokens it covers (0: a cold prefill). */
+ * *k gets the prompt tokens it covers (0: a cold prefill). Of two that cover as much, a cold
+ * prefill's snapshot goes before the live session. */
 static int source(const sched *s, const slot *sl, const job *j, int32_t *k) {
     int src = -1;
     *k = 0;
@@ -174,7 +175,7 @@ static int source(const sched *s, const slot *sl, const job *j, int32_t *k) {
     *k = usable(sl->session, j->prompt, j->n_prompt);
     for (int32_t i = 0; i < s->n_snaps; i++) {
         int32_t u = usable(sl->snaps[i].session, j->prompt, j->n_prompt);
-        if (u > *k) *k = u, src = (int)i;
+        if (u > *k || (u > 0 && u == *k && src < 0 && sl->snaps[i].cold)) *k = u, src = (int)i;
     }
     return src;
 }
