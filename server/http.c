@@ -29,7 +29,7 @@ typedef struct request {
     jbuf body;
     int too_large;      /* the body went over the limit: 413 once it is read */
     int status;         /* the status sent */
-    int32_t prompt_tokens, gen_tokens;
+    int32_t prompt_tokens, cached_tokens, gen_tokens;
     double t0;
     gen gen;            /* a generation request */
     jbuf out;           /* a stream's events not yet handed to libmicrohttpd */
@@ -123,6 +123,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             rq->done = api_stream(rq->sv, &rq->gen, &rq->out);
         }
         rq->gen_tokens = j->n_gen;
+        rq->cached_tokens = j->n_cached;
         sched_unlock(s);
         if (rq->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
         if (rq->out.n == 0 && hung_up(rq->conn)) {
@@ -166,6 +167,7 @@ static enum MHD_Result generate(request *rq, gen_kind kind) {
     int here = await_end(rq);
     if (here) status = api_reply(sv, &rq->gen, &out);
     rq->gen_tokens = j->n_gen;
+    rq->cached_tokens = j->n_cached;
     sched_unlock(sv->sched);
     if (!here) return MHD_NO; /* nobody to answer */
     return send_json(rq, status, &out);
@@ -299,8 +301,8 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls, en
     sv->by_status[i]++;
     sv->active--;
     pthread_mutex_unlock(&sv->mu);
-    fprintf(stderr, "%s %s %d prompt=%d generated=%d %.1f ms%s\n", rq->method, rq->path, rq->status, rq->prompt_tokens,
-            rq->gen_tokens, 1e3 * (now_s() - rq->t0), toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client gone)");
+    fprintf(stderr, "%s %s %d prompt=%d cached=%d generated=%d %.1f ms%s\n", rq->method, rq->path, rq->status, rq->prompt_tokens,
+            rq->cached_tokens, rq->gen_tokens, 1e3 * (now_s() - rq->t0), toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client gone)");
     *con_cls = NULL;
     request_unref(rq);
 }
