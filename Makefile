@@ -156,7 +156,7 @@ test-mpi: dsv41 dsv41-mpi
 	tests/mpi.sh
 
 # ---- fuzzing: libFuzzer harnesses (tests/fuzz/fuzz_*.c) over the library built with clang,
-# ASan and UBSan. `make fuzz-smoke` runs each for 20 s from seeds made of the shared data (CI);
+# ASan and UBSan. `make fuzz-smoke` runs each for 10 s from seeds made of the shared data (CI);
 # `tests/fuzz/run.sh SECONDS [HARNESS...]` runs them for as long as wanted (README).
 FUZZ_CC      = clang
 FUZZ_SAN     = -fsanitize=address,undefined -fno-sanitize-recover=all
@@ -187,7 +187,7 @@ build/fuzz:
 fuzz: $(FUZZ_TARGETS)
 
 fuzz-smoke: dsv41 fuzz
-	tests/fuzz/run.sh 20
+	tests/fuzz/run.sh 10
 
 clean:
 	rm -rf build dsv41 dsv41-mpi

@@ -175,8 +175,11 @@ load() {
         --data-binary '{"messages":[{"role":"user","content":"load {}"}],"max_tokens":2,"seed":{}}' >"$tmp/codes"
     grep -vc '^200$' "$tmp/codes"
 }
+# (a sanitizer build: ASan's quarantine keeps freed blocks resident, up to 256 MB, so only growth
+# well past that slack counts; LeakSanitizer checks for leaks when the server exits)
+slack=105; [ "$dsv41" != ./dsv41 ] && slack=125
 errors=$(load); r1=$(rss); errors2=$(load); r2=$(rss)
-[ "$errors" -eq 0 ] && [ "$errors2" -eq 0 ] && [ $((r2 * 100)) -le $((r1 * 105)) ] && ok ||
+[ "$errors" -eq 0 ] && [ "$errors2" -eq 0 ] && [ $((r2 * 100)) -le $((r1 * slack)) ] && ok ||
     bad "load: $errors and $errors2 errors in 2 x 64 requests, RSS $r1 kB then $r2 kB"
 
 # one log line per request
