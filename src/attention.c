@@ -269,8 +269,6 @@ static void sparse_attn(const attn_job *jobs, int32_t n) {
     scratch_end(mark);
 }
 
-/* Write this call's KV rows into the ring and return the rows attention reads, *n of them: the
- * chunk itself in a prefill, the whole ring in a decode. idx [T][stride] gets the window indices. */
 /* The projections of one layer's rows that attention, the compressor and the indexer read. */
 typedef struct {
     float *q;     /* [T][H][hd] wq_b(q_norm(wq_a x)), rotated in place */
@@ -281,6 +279,8 @@ typedef struct {
     float *iw;    /* index source: [T][index_n_heads] idx_weights_proj x, else NULL */
 } attn_rows;
 
+/* Write this call's KV rows into the ring and return the rows attention reads, *n of them: the
+ * chunk itself in a prefill, the whole ring in a decode. idx [T][stride] gets the window indices. */
 static const float *window_update(dsv41_session *s, int32_t l, const float *kv, int64_t T, int32_t *idx,
                                   int32_t stride, int32_t *n) {
     const config *c = &s->m->cfg;

@@ -522,7 +522,7 @@ int dsv41_synth_skeleton(const char *config_path, int32_t n_shards, const char *
     char err[512];
     size_t len;
     text cfg = {0};
-    cfg.s = json_read_text(config_path, &len, err, sizeof err);
+    cfg.s = file_read_all(config_path, &len, err, sizeof err);
     if (!cfg.s) return set_error("%s", err);
     cfg.n = cfg.cap = len;
     json *j = json_parse(cfg.s, len, err, sizeof err);

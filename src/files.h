@@ -9,6 +9,10 @@
  * reading would block until a writer appears. */
 int file_open_regular(const char *path, char *err, size_t errlen);
 
+/* The whole regular file at path (malloc'd, *len bytes, not NUL-terminated), or NULL with a
+ * one-line message naming the path in err. */
+char *file_read_all(const char *path, size_t *len, char *err, size_t errlen);
+
 /* fsync of the directory dir, so that the names in it (a new file, a rename) survive a crash.
  * 0, or -1 with errno. */
 int file_sync_dir(const char *dir);

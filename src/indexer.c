@@ -118,14 +118,6 @@ void select_candidate_blocks(const float *score, int64_t T, int32_t width, const
 
 static int cmp_i32(const void *a, const void *b) { return *(const int32_t *)a - *(const int32_t *)b; }
 
-static void *grow(void *p, size_t *cap, size_t need) {
-    if (need <= *cap) return p;
-    void *n = realloc(p, need);
-    if (!n) abort();
-    *cap = need;
-    return n;
-}
-
 typedef struct {
     const float *q, *w, *keys; /* q [T][IH][ihd], w [T][IH], keys [width][ihd] */
     const int32_t *visible;    /* [T] */
@@ -231,7 +223,7 @@ int32_t indexer(dsv41_session *s, int32_t l, float *q, float *w, const float *la
     score_job sj = {q, w, sh->index_k, visible, IH, ihd, width, score};
     pool_run(T * ((width + SCORE_ENTRIES - 1) / SCORE_ENTRIES), 2, score_range, &sj);
     if (l == c->candidate_source_layer) {
-        sh->cand = grow(sh->cand, &sh->cand_cap, (size_t)(T * width));
+        if (buffer_grow((void **)&sh->cand, &sh->cand_cap, (size_t)(T * width))) abort(); /* as the scratch arena does */
         select_candidate_blocks(score, T, width, visible, c->candidate_topk_blocks, c->candidate_block_size, sh->cand);
         sh->cand_rows = (int32_t)T;
         sh->cand_width = width;
@@ -241,7 +233,7 @@ int32_t indexer(dsv41_session *s, int32_t l, float *q, float *w, const float *la
             if (!sh->cand[i]) score[i] = -INFINITY;
     }
     int32_t k = c->index_topk < width ? c->index_topk : width;
-    sh->topk = grow(sh->topk, &sh->topk_cap, (size_t)(T * k) * sizeof *sh->topk);
+    if (buffer_grow((void **)&sh->topk, &sh->topk_cap, (size_t)(T * k) * sizeof *sh->topk)) abort();
     topk_job tj = {score, visible, sh->topk, width, k, offset};
     pool_run(T, 16, topk_range, &tj);
     sh->topk_rows = (int32_t)T;

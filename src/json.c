@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "files.h"
 
@@ -247,36 +246,9 @@ json *json_parse(const char *text, size_t len, char *err, size_t errlen) {
     return root;
 }
 
-char *json_read_text(const char *path, size_t *out_len, char *err, size_t errlen) {
-    int fd = file_open_regular(path, err, errlen);
-    FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
-    if (!f) {
-        if (fd >= 0) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); close(fd); }
-        return NULL;
-    }
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len == cap) {
-            cap = cap ? cap * 2 : 1 << 16;
-            char *nb = realloc(buf, cap);
-            if (!nb) { free(buf); fclose(f); snprintf(err, errlen, "%s: out of memory", path); return NULL; }
-            buf = nb;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
-    }
-    int rerr = ferror(f);
-    fclose(f);
-    if (rerr) { free(buf); snprintf(err, errlen, "%s: read error", path); return NULL; }
-    *out_len = len;
-    return buf;
-}
-
 json *json_load_file(const char *path, char *err, size_t errlen) {
     size_t len;
-    char *buf = json_read_text(path, &len, err, errlen);
+    char *buf = file_read_all(path, &len, err, errlen);
     if (!buf) return NULL;
     char msg[256];
     json *j = json_parse(buf, len, msg, sizeof msg);

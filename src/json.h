@@ -35,8 +35,6 @@ typedef struct dsv41_json {
 
 /* Parse `len` bytes. Returns NULL and a one-line message in err on failure. */
 json *json_parse(const char *text, size_t len, char *err, size_t errlen);
-/* A whole file's bytes (malloc'd, *len of them, not NUL-terminated), or NULL with err naming it. */
-char *json_read_text(const char *path, size_t *len, char *err, size_t errlen);
 /* Read and parse a file; err names the file on failure. */
 json *json_load_file(const char *path, char *err, size_t errlen);
 void json_free(json *j);

@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "files.h"
@@ -324,32 +323,6 @@ int dsv41_session_save(const dsv41_session *s, const char *path) { return dsv41_
 
 /* ---- load */
 
-/* The whole regular file at path into *buf [*n], or -1 after a message naming it. */
-static int read_all(const char *path, uint8_t **buf, size_t *n) {
-    char err[512];
-    int fd = file_open_regular(path, err, sizeof err);
-    if (fd < 0) return set_error("session: %s", err);
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || sb.st_size < 0 || (uint64_t)sb.st_size > SIZE_MAX - 1) {
-        close(fd);
-        return set_error("session: %s: cannot size the file", path);
-    }
-    size_t size = (size_t)sb.st_size, got = 0;
-    uint8_t *p = malloc(size + 1);
-    if (!p) { close(fd); return set_error("session: %s: out of memory reading %zu bytes", path, size); }
-    while (got < size) {
-        ssize_t r = read(fd, p + got, size - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        got += (size_t)r;
-    }
-    close(fd);
-    if (got != size) { free(p); return set_error("session: %s: read error", path); }
-    *buf = p;
-    *n = size;
-    return 0;
-}
-
 /* The last layer at or below n_layers whose role is `kv` (a kv source) or else an index source
  * that scored something at position pos (its compressed entries pos / ratio > 0); -1: none. */
 static int32_t last_layer(const config *c, int kv, int32_t pos) {
@@ -402,9 +375,10 @@ static int check_topk(const dsv41_session *s, const counts *k, const uint8_t *p)
 int dsv41_session_load_data(dsv41_session *s, const char *path, void **data, size_t *data_n) {
     if (s->m->part.n_ranks > 1) return set_error("session: load is not supported on a model split over ranks");
     if (!path || !*path) return set_error("session: load needs a path");
-    uint8_t *buf = NULL;
+    char err[512];
     size_t n = 0;
-    if (read_all(path, &buf, &n)) return -1;
+    uint8_t *buf = (uint8_t *)file_read_all(path, &n, err, sizeof err);
+    if (!buf) return set_error("session: %s", err);
     int rc = -1;
     counts k;
     stream st = {.p = buf, .n = n > 8 ? n - 8 : 0};
