@@ -212,6 +212,64 @@ static timing time_decode_parallel(const dsv41_model *m, int32_t streams, int32_
     return r;
 }
 
+static int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* One linear over T rows, each call repeated so that from the second on its weights come from
+ * cache: the best of 5, in seconds (0 for a matrix the model lacks). */
+static double time_matrix(const weight *w, const float *x, int64_t T, float *y) {
+    double best = 1e30;
+    for (int run = 0; w->data && run < 5; run++) {
+        double t0 = now();
+        linear(w, x, T, y);
+        best = fmin(best, now() - t0);
+    }
+    return w->data ? best : 0.0;
+}
+
+/* What the projections of one decode step of `streams` sessions cost with the memory traffic
+ * taken out: every matrix the step multiplies (the dense ones of each layer, the shared and
+ * the routed experts, the head) timed alone at the step's row count with its weights in cache
+ * (time_matrix; only the head, larger than any cache, still streams). Batching pays where one
+ * stream waits on memory; where its arithmetic alone already takes most of its step, the
+ * arithmetic of `streams` rows sets the step's time instead, and this says how much of it there
+ * is. A batch's routed experts are the picks of `streams` tokens spread as evenly as they go over
+ * the E (1 - (1 - k/E)^streams) experts uniform routing reaches on average (35 of 64 for 8
+ * streams of 6 picks). Seconds per step, or a negative value when out of memory. */
+static double time_projections(const dsv41_model *m, int32_t streams) {
+    const config *c = &m->cfg;
+    int64_t cols = imax(m->head.rows, m->head.cols); /* the widest input or output of any matrix */
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        const weight *dense[32];
+        int n = layer_dense_weights(&m->layers[l], dense);
+        for (int i = 0; i < n; i++) cols = imax(cols, imax(dense[i]->rows, dense[i]->cols));
+        if (c->n_routed_experts > 0) cols = imax(cols, imax(m->layers[l].w2[0].rows, m->layers[l].w2[0].cols));
+    }
+    float *x = malloc((size_t)(streams * cols) * sizeof *x), *y = malloc((size_t)(streams * cols) * sizeof *y);
+    if (!x || !y) {
+        free(x);
+        free(y);
+        return -1.0;
+    }
+    for (int64_t i = 0; i < streams * cols; i++) x[i] = (float)((i * 7919) % 2001) / 1000.0f - 1.0f;
+    int32_t E = c->n_routed_experts, k = c->n_activated_experts;
+    int32_t reached = (int32_t)lround(E * (1.0 - pow(1.0 - (double)k / E, streams)));
+    int32_t picks = streams * k, used = reached < 1 ? 1 : reached > picks ? picks : reached;
+    double t = time_matrix(&m->head, x, streams, y);
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        const layer_weights *L = &m->layers[l];
+        const weight *dense[32];
+        int n = layer_dense_weights(L, dense);
+        for (int i = 0; i < n; i++) t += time_matrix(dense[i], x, streams, y);
+        for (int32_t e = 0; E > 0 && e < used; e++) {
+            int64_t rows = picks / used + (e < picks % used); /* the expert's tokens */
+            t += time_matrix(&L->w1[e], x, rows, y) + time_matrix(&L->w3[e], x, rows, y) + time_matrix(&L->w2[e], x, rows, y);
+        }
+    }
+    free(x);
+    free(y);
+    return t;
+}
+
 /* prefill: n tokens into a fresh session, the best of 3 runs (as for decode) */
 static timing time_prefill(const dsv41_model *m, int32_t n) {
     int32_t V = m->cfg.vocab_size, *ids = malloc((size_t)n * sizeof *ids);
@@ -292,6 +350,7 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, int jso
                 kernels_current()->name, bytes / 1e6, kv_bytes_per_token(c));
     double triad = 0, peak = 0;
     timing dec = {0, 0}, pre = {0, 0}, par = {0, 0};
+    double proj[2] = {0, 0}; /* the projections alone per step: one stream, `parallel` streams */
     int32_t counts[2] = {1, threads};
     for (int pass = threads > 1 ? 0 : 1; pass < 2; pass++) {
         if (dsv41_set_threads(counts[pass])) return -1;
@@ -310,6 +369,11 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, int jso
         if (pass == 1 && parallel > 0 && ctxs[0] + n_dec <= c->max_seq_len) {
             par = time_decode_parallel(m, parallel, ctxs[0], n_dec);
             if (par.tok_s <= 0) return -1;
+            if (m->part.n_ranks == 1) { /* one process's arithmetic: a split model's is spread over its ranks */
+                proj[0] = time_projections(m, 1);
+                proj[1] = time_projections(m, parallel);
+            }
+            if (proj[0] < 0 || proj[1] < 0) return set_error("bench: out of memory");
         }
         triad = fmax(triad, bench_triad_gbps());
         peak = fmax(peak, peak_gflops());
@@ -324,14 +388,22 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, int jso
         if (par.tok_s > 0)
             fprintf(out, "  decode at %5d, %d streams batched: %8.1f tok/s in all  (%.2fx one stream)\n", ctxs[0],
                     parallel, par.tok_s, par.tok_s / dec.tok_s);
+        if (proj[1] > 0)
+            fprintf(out, "  projections alone, weights in cache: %.2f ms a step for one stream, %.2f ms for %d  (%.2fx)\n",
+                    1e3 * proj[0], 1e3 * proj[1], parallel, parallel * proj[0] / proj[1]);
         fflush(out);
     }
     double rss = bench_peak_rss();
     if (json) fprintf(out, "{");
     if (m->part.n_ranks > 1 && report_ranks(m, json, out)) return -1;
-    if (json && par.tok_s > 0)
-        fprintf(out, "\"decode_parallel\": {\"streams\": %d, \"tokens_per_s\": %.3f, \"speedup\": %.4f}, ", parallel,
+    if (json && par.tok_s > 0) {
+        fprintf(out, "\"decode_parallel\": {\"streams\": %d, \"tokens_per_s\": %.3f, \"speedup\": %.4f", parallel,
                 par.tok_s, par.tok_s / dec.tok_s);
+        if (proj[1] > 0)
+            fprintf(out, ", \"projections_alone_s\": [%.9f, %.9f], \"projections_alone_speedup\": %.4f", proj[0],
+                    proj[1], parallel * proj[0] / proj[1]);
+        fprintf(out, "}, ");
+    }
     if (json)
         fprintf(out,
                 "\"decode\": {\"tokens_per_s\": %.3f, \"bytes_per_token\": %.0f, \"effective_gbps\": %.3f, "

@@ -243,10 +243,15 @@ out=$("$dsv41" check "$golden" -m "$tmp/b_flat" | tail -n 1)
 # bench --parallel: the batched decode beside the one-stream decode, in the JSON and the table
 chat_model "$tmp/bm" || bad "synth the bench model"
 out=$("$dsv41" bench -m "$tmp/bm" -t 2 --parallel 3 --json 2>/dev/null)
-printf '%s' "$out" | python3 -c 'import json, sys; p = json.load(sys.stdin)["decode_parallel"]; sys.exit(not (p["streams"] == 3 and p["tokens_per_s"] > 0 and p["speedup"] > 0))' &&
+printf '%s' "$out" | python3 -c 'import json, sys; p = json.load(sys.stdin)["decode_parallel"]; a = p["projections_alone_s"]
+sys.exit(not (p["streams"] == 3 and p["tokens_per_s"] > 0 and p["speedup"] > 0 and a[0] > 0 and a[1] > 0 and
+              abs(p["projections_alone_speedup"] / (3 * a[0] / a[1]) - 1) < 1e-3))' &&
     ok || bad "bench --parallel 3 --json: '$out'"
-"$dsv41" bench -m "$tmp/bm" -t 1 --parallel 2 2>/dev/null | grep -q '^  decode at    16, 2 streams batched: .* tok/s in all  (.*x one stream)$' &&
+out=$("$dsv41" bench -m "$tmp/bm" -t 1 --parallel 2 2>/dev/null)
+printf '%s\n' "$out" | grep -q '^  decode at    16, 2 streams batched: .* tok/s in all  (.*x one stream)$' &&
     ok || bad "bench --parallel 2: no batched line in the table"
+printf '%s\n' "$out" | grep -q '^  projections alone, weights in cache: .* ms a step for one stream, .* ms for 2  (.*x)$' &&
+    ok || bad "bench --parallel 2: no line of the projections alone"
 expect_error "bench --parallel 0" "$dsv41" bench -m "$tmp/bm" --parallel 0
 
 finish
