@@ -370,30 +370,46 @@ static void chunk_head(server *sv, const gen *g, jbuf *o) {
     jb_puts(o, ",\"choices\":[{\"index\":0,");
 }
 
+/* Closes a chunk after its choices: with return_tokens, the ids of tokens [sent_ids, n_tok) that
+ * no chunk carried yet ride on this one, so the chunks' "tokens" laid end to end are the
+ * generated ids in order (a token whose text is not out yet waits for the chunk that has it). */
+static void chunk_close(gen *g, jbuf *o, int32_t n_tok) {
+    jb_puts(o, "]");
+    if (g->return_tokens && n_tok > g->sent_ids) {
+        jb_puts(o, ",\"tokens\":[");
+        for (int32_t i = g->sent_ids; i < n_tok; i++) jb_printf(o, "%s%d", i > g->sent_ids ? "," : "", g->job->ids[i]);
+        jb_puts(o, "]");
+        g->sent_ids = n_tok;
+    }
+    jb_puts(o, "}\n\n");
+}
+
 /* One chunk with the text[a, b) of one field ("content", "reasoning_content" or, for
- * completions, "text"); nothing when the range is empty. */
-static void chunk_text(server *sv, const gen *g, jbuf *o, const char *field, const char *text, size_t a, size_t b) {
+ * completions, "text") of the first n_tok tokens; nothing when the range is empty. */
+static void chunk_text(server *sv, gen *g, jbuf *o, const char *field, const char *text, size_t a, size_t b, int32_t n_tok) {
     if (b <= a) return;
     chunk_head(sv, g, o);
     if (g->kind == GEN_CHAT) jb_printf(o, "\"delta\":{\"%s\":", field);
     else jb_puts(o, "\"text\":");
     jb_str(o, text + a, b - a);
-    jb_puts(o, g->kind == GEN_CHAT ? "},\"logprobs\":null,\"finish_reason\":null}]}\n\n" : ",\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+    jb_puts(o, g->kind == GEN_CHAT ? "},\"logprobs\":null,\"finish_reason\":null}" : ",\"logprobs\":null,\"finish_reason\":null}");
+    chunk_close(g, o, n_tok);
 }
 
-/* Sends what the parts of text[0, len) add to what went out before. */
-static void stream_parts(server *sv, gen *g, jbuf *o, const char *text, size_t len, int final) {
+/* Sends what the parts of text[0, len), the text of the first n_tok tokens, add to what went
+ * out before. */
+static void stream_parts(server *sv, gen *g, jbuf *o, const char *text, size_t len, int32_t n_tok, int final) {
     if (g->kind == GEN_COMPLETION) {
-        chunk_text(sv, g, o, "text", text, g->sent_content, len);
+        chunk_text(sv, g, o, "text", text, g->sent_content, len, n_tok);
         if (len > g->sent_content) g->sent_content = len;
         return;
     }
     dsv41_reply_parts p;
     dsv41_chat_reply_parts(text, len, g->flags | (final ? DSV41_REPLY_FINAL : 0), &p);
-    chunk_text(sv, g, o, "reasoning_content", text, g->sent_reasoning, (size_t)p.reasoning_end);
+    chunk_text(sv, g, o, "reasoning_content", text, g->sent_reasoning, (size_t)p.reasoning_end, n_tok);
     if ((size_t)p.reasoning_end > g->sent_reasoning) g->sent_reasoning = (size_t)p.reasoning_end;
     size_t from = g->sent_content > (size_t)p.content_start ? g->sent_content : (size_t)p.content_start;
-    chunk_text(sv, g, o, "content", text, from, (size_t)p.content_end);
+    chunk_text(sv, g, o, "content", text, from, (size_t)p.content_end, n_tok);
     if ((size_t)p.content_end > from) g->sent_content = (size_t)p.content_end;
 }
 
@@ -407,7 +423,7 @@ int api_stream(server *sv, gen *g, jbuf *out) {
     g->sent_head = 1;
     /* one chunk per token, as far as the text is final */
     for (; g->sent_marks < j->n_gen && j->marks[g->sent_marks] <= j->committed; g->sent_marks++)
-        stream_parts(sv, g, out, text, j->marks[g->sent_marks], 0);
+        stream_parts(sv, g, out, text, j->marks[g->sent_marks], g->sent_marks + 1, 0);
     if (j->end == END_NONE) return 0;
     if (j->end == END_ERROR) {
         jbuf e = {0};
@@ -415,7 +431,7 @@ int api_stream(server *sv, gen *g, jbuf *out) {
         jb_printf(out, "data: %s\n\n", e.p ? e.p : "{}");
         jb_free(&e);
     } else {
-        stream_parts(sv, g, out, text, j->text.n, 1);
+        stream_parts(sv, g, out, text, j->text.n, j->n_gen, 1);
         const char *finish = finish_name(j->end);
         dsv41_reply_parts p = {0, 0, 0, -1};
         if (g->kind == GEN_CHAT) dsv41_chat_reply_parts(text, j->text.n, g->flags | DSV41_REPLY_FINAL, &p);
@@ -425,13 +441,15 @@ int api_stream(server *sv, gen *g, jbuf *out) {
                 chunk_head(sv, g, out);
                 jb_puts(out, "\"delta\":{");
                 jb_put(out, calls.p, calls.n);
-                jb_puts(out, "},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+                jb_puts(out, "},\"logprobs\":null,\"finish_reason\":null}");
+                chunk_close(g, out, j->n_gen);
                 finish = "tool_calls";
-            } else chunk_text(sv, g, out, "content", text, (size_t)p.calls_start, j->text.n); /* a broken block stays text */
+            } else chunk_text(sv, g, out, "content", text, (size_t)p.calls_start, j->text.n, j->n_gen); /* a broken block stays text */
         }
         jb_free(&calls);
         chunk_head(sv, g, out);
-        jb_printf(out, "%s,\"logprobs\":null,\"finish_reason\":\"%s\"}]}\n\n", g->kind == GEN_CHAT ? "\"delta\":{}" : "\"text\":\"\"", finish);
+        jb_printf(out, "%s,\"logprobs\":null,\"finish_reason\":\"%s\"}", g->kind == GEN_CHAT ? "\"delta\":{}" : "\"text\":\"\"", finish);
+        chunk_close(g, out, j->n_gen);
         if (g->include_usage) {
             jb_printf(out, "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", g->id,
                       g->kind == GEN_CHAT ? "chat.completion.chunk" : "text_completion", g->created);

@@ -14,7 +14,7 @@ typedef struct {
     job *job;              /* submitted by the caller */
     int stream;            /* reply as server-sent events */
     int include_usage;     /* stream_options.include_usage */
-    int return_tokens;     /* the whole reply carries the generated ids as "tokens" */
+    int return_tokens;     /* the reply carries the generated ids as "tokens" (a stream: each chunk its own) */
     int flags;             /* DSV41_REPLY_THINKING / _TOOLS: how the reply splits */
     char id[48];           /* chatcmpl-... or cmpl-... */
     long long created;     /* unix seconds */
@@ -23,6 +23,7 @@ typedef struct {
     int32_t sent_marks;    /* tokens whose text went out */
     size_t sent_reasoning; /* bytes of text sent as reasoning */
     size_t sent_content;   /* end of the text sent as content (an offset into the text) */
+    int32_t sent_ids;      /* generated ids that went out in chunks' "tokens" */
 } gen;
 
 /* Parses a /v1/chat/completions or /v1/completions body into g (a job not yet submitted).

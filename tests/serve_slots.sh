@@ -79,11 +79,34 @@ cp "$tmp/resp" "$tmp/detok"
 complete "$div"
 [ "$(field "$tmp/detok" 'r["content"]')" = "$(field "$tmp/resp" 'r["choices"][0]["text"]')" ] && ok || bad "return_tokens: the ids do not decode to the text"
 
+# streamed with return_tokens, each chunk carries the ids of the text it brings: laid end to end
+# the chunks' ids and texts are the whole reply's (completions here, chats below)
+# sse_same NAME REPLY TEXT_EXPR: the events in $tmp/sse against the reply in REPLY
+sse_same() {
+    python3 - "$tmp/sse" "$2" "$3" <<'PY' && ok || bad "$1"
+import json, sys
+ids, text = [], ""
+for line in open(sys.argv[1], encoding="utf-8"):
+    if line.startswith("data: {"):
+        c = json.loads(line[6:])
+        ids += c.get("tokens", [])
+        for ch in c["choices"]:
+            text += ch.get("text") or ch.get("delta", {}).get("content") or ""
+r = json.load(open(sys.argv[2], encoding="utf-8"))
+assert ids == r["tokens"] and text == eval(sys.argv[3]), (ids, text, r)
+PY
+}
+curl -sN "http://127.0.0.1:$port/v1/completions" -o "$tmp/sse" \
+    --data-binary "{\"prompt\":$div,\"max_tokens\":$n,\"temperature\":0,\"return_tokens\":true,\"stream\":true}"
+sse_same "a streamed completion's chunk ids are the reply's" "$tmp/resp" 'r["choices"][0]["text"]'
+
 # a chat that continues a conversation reuses the earlier turn: cached_tokens is what the slot
 # can stand for (the first turn's prompt and reply, or at least the first turn's prompt)
 chat1='{"messages":[{"role":"user","content":"Tell me a story"}],"temperature":0,"max_tokens":6,"return_tokens":true}'
 req POST /v1/chat/completions "$chat1"
 cp "$tmp/resp" "$tmp/turn1"
+curl -sN "http://127.0.0.1:$port/v1/chat/completions" -o "$tmp/sse" --data-binary "${chat1%\}},\"stream\":true}"
+sse_same "a streamed chat's chunk ids are the reply's" "$tmp/turn1" 'r["choices"][0]["message"]["content"]'
 reply=$(field "$tmp/turn1" 'json.dumps(r["choices"][0]["message"]["content"])')
 req POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story\"},{\"role\":\"assistant\",\"content\":$reply},{\"role\":\"user\",\"content\":\"Another\"}],\"temperature\":0,\"max_tokens\":4}"
 cp "$tmp/resp" "$tmp/turn2"
