@@ -99,7 +99,7 @@ static int await_end(request *rq) {
         int gone = hung_up(rq->conn);
         sched_lock(s);
         if (gone) {
-            atomic_store(&j->cancel, 1);
+            job_cancel(j);
             return 0;
         }
     }
@@ -127,7 +127,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         sched_unlock(s);
         if (rq->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
         if (rq->out.n == 0 && hung_up(rq->conn)) {
-            atomic_store(&j->cancel, 1);
+            sched_lock(s);
+            job_cancel(j);
+            sched_unlock(s);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
     }

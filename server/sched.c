@@ -133,9 +133,14 @@ int sched_submit(sched *s, job *j) {
     return full ? -1 : 0;
 }
 
-void sched_release(sched *s, job *j) {
+void job_cancel(job *j) {
     atomic_store(&j->cancel, 1);
+    if (j->prefill) dsv41_session_cancel(j->prefill);
+}
+
+void sched_release(sched *s, job *j) {
     sched_lock(s);
+    job_cancel(j);
     unref(j);
     sched_unlock(s);
 }
@@ -343,10 +348,74 @@ static int sample_next(sched *s, slot *sl) {
     return more;
 }
 
+/* The step's batch call over b_*[0, count): cold is the slot of the cold prefill among them
+ * (-1: none) with its cold_n tokens; prompt_tokens and sampled count what the call feeds. */
+static void batch_step(sched *s, int32_t count, int32_t cold, int32_t cold_n, int32_t prompt_tokens, int32_t sampled) {
+    double t0 = now_s();
+    int rc = dsv41_batch_forward(s->b_sess, s->b_ids, s->b_n, count, s->b_logits);
+    double dt = now_s() - t0;
+    const char *err = rc ? dsv41_error() : NULL;
+    for (int32_t i = 0; i < count; i++) {
+        slot *sl = s->b_slot[i];
+        if (err) dsv41_session_reset(sl->session); /* its state is not known: nothing is cached */
+        else if (dsv41_session_pos(sl->session) == sl->job->n_prompt) keep_snapshot(s, sl, cold >= 0 && sl == &s->slots[cold]);
+    }
+    sched_lock(s);
+    for (int32_t i = 0; i < count; i++) {
+        slot *sl = s->b_slot[i];
+        sl->n_tokens = dsv41_session_pos(sl->session);
+        if (err) finish(sl, END_ERROR, err);
+    }
+    s->steps++;
+    s->last_batch = count;
+    s->batched_tokens += (uint64_t)(prompt_tokens + sampled);
+    s->prompt_tokens += (uint64_t)prompt_tokens;
+    if (cold >= 0) s->prefill_s += dt, s->cold_tokens += (uint64_t)cold_n;
+    else s->decode_s += dt;
+    sched_unlock(s);
+}
+
+/* A cold prefill of up to this many tokens joins the step's batch call, where it shares the
+ * reads of every weight with the other slots' tokens; a longer one is mostly its own arithmetic
+ * and runs alone right after, as a one-session call, the only kind the library stops on a
+ * cancel: a request that gives up during a long prompt frees its slot within a layer. */
+enum { PREFILL_JOIN = 64 };
+
+/* The slot's long cold prefill, alone (see PREFILL_JOIN). A cancel made before it starts ends
+ * the job at the next step; one made during it stops it between layers, which leaves the
+ * session empty. */
+static void prefill_alone(sched *s, slot *sl) {
+    job *j = sl->job;
+    sched_lock(s);
+    int gave_up = atomic_load(&j->cancel);
+    if (!gave_up) j->prefill = sl->session;
+    sched_unlock(s);
+    if (gave_up) return;
+    double t0 = now_s();
+    int rc = dsv41_session_forward(sl->session, j->prompt, j->n_prompt, sl->logits, NULL);
+    double dt = now_s() - t0;
+    const char *err = rc ? dsv41_error() : NULL;
+    if (err) dsv41_session_reset(sl->session); /* stopped or failed: nothing is cached */
+    else keep_snapshot(s, sl, 1);
+    sched_lock(s);
+    j->prefill = NULL;
+    sl->n_tokens = dsv41_session_pos(sl->session);
+    if (err && atomic_load(&j->cancel)) finish(sl, END_CANCEL, NULL);
+    else if (err) finish(sl, END_ERROR, err);
+    s->steps++;
+    if (!err) {
+        s->batched_tokens += (uint64_t)j->n_prompt;
+        s->prompt_tokens += (uint64_t)j->n_prompt;
+        s->prefill_s += dt, s->cold_tokens += (uint64_t)j->n_prompt;
+    }
+    sched_unlock(s);
+}
+
 /* One step: every busy slot with a token to feed (a sampled one, or the next of a prompt that
  * extends its cache) and at most one cold prefill, the oldest waiting, go through one forward
- * call; the other cold prefills wait for the next step, so a running stream waits at most one
- * prefill per token. Then the slots whose prompt just went in keep a snapshot. */
+ * call (a long prefill right after it, alone); the other cold prefills wait for the next step,
+ * so a running stream waits at most one prefill per token. Then the slots whose prompt just
+ * went in keep a snapshot. */
 static void step(sched *s) {
     int32_t count = 0, cold = -1, cold_n = 0, prompt_tokens = 0, sampled = 0;
     /* slot->job changes only on this thread, so it is read here without the lock */
@@ -379,35 +448,16 @@ static void step(sched *s) {
         s->b_slot[count] = sl, s->b_sess[count] = sl->session, s->b_ids[count] = ids, s->b_n[count] = 1;
         s->b_logits[count++] = sl->logits;
     }
+    slot *alone = cold >= 0 && s->slots[cold].job->n_prompt > PREFILL_JOIN ? &s->slots[cold] : NULL;
+    if (alone) cold = -1;
     if (cold >= 0) {
         slot *sl = &s->slots[cold];
         s->b_slot[count] = sl, s->b_sess[count] = sl->session, s->b_ids[count] = sl->job->prompt;
         prompt_tokens += cold_n = s->b_n[count] = sl->job->n_prompt;
         s->b_logits[count++] = sl->logits;
     }
-    if (!count) return;
-    double t0 = now_s();
-    int rc = dsv41_batch_forward(s->b_sess, s->b_ids, s->b_n, count, s->b_logits);
-    double dt = now_s() - t0;
-    const char *err = rc ? dsv41_error() : NULL;
-    for (int32_t i = 0; i < count; i++) {
-        slot *sl = s->b_slot[i];
-        if (err) dsv41_session_reset(sl->session); /* its state is not known: nothing is cached */
-        else if (dsv41_session_pos(sl->session) == sl->job->n_prompt) keep_snapshot(s, sl, cold >= 0 && sl == &s->slots[cold]);
-    }
-    sched_lock(s);
-    for (int32_t i = 0; i < count; i++) {
-        slot *sl = s->b_slot[i];
-        sl->n_tokens = dsv41_session_pos(sl->session);
-        if (err) finish(sl, END_ERROR, err);
-    }
-    s->steps++;
-    s->last_batch = count;
-    s->batched_tokens += (uint64_t)(prompt_tokens + sampled);
-    s->prompt_tokens += (uint64_t)prompt_tokens;
-    if (cold >= 0) s->prefill_s += dt, s->cold_tokens += (uint64_t)cold_n;
-    else s->decode_s += dt;
-    sched_unlock(s);
+    if (count) batch_step(s, count, cold, cold_n, prompt_tokens, sampled);
+    if (alone) prefill_alone(s, alone);
 }
 
 static void *run(void *arg) {
@@ -499,7 +549,7 @@ void sched_shutdown(sched *s) {
     s->tail = NULL;
     s->n_waiting = 0;
     for (int32_t i = 0; i < s->n_slots; i++)
-        if (s->slots[i].job) atomic_store(&s->slots[i].job->cancel, 1);
+        if (s->slots[i].job) job_cancel(s->slots[i].job);
     pthread_cond_signal(&s->wake);
     sched_unlock(s);
 }

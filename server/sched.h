@@ -5,7 +5,8 @@
  * FIFO queue until a slot is free. All model calls happen on the scheduler thread: each step
  * gathers every busy slot that has a token to feed (a sampled token, or the next token of a
  * prompt that extends the slot's cached tokens) plus at most one cold prefill, and advances them
- * all with one dsv41_batch_forward call. A request's side (an HTTP connection thread) reads the
+ * all with one dsv41_batch_forward call (a long prefill runs alone right after it, where a
+ * cancel can stop it). A request's side (an HTTP connection thread) reads the
  * job's progress under the scheduler's lock and waits on the job's condition variable. */
 #ifndef SERVE_SCHED_H
 #define SERVE_SCHED_H
@@ -44,6 +45,8 @@ typedef struct job {
     double t_submit, t_start, t_end; /* seconds on the monotonic clock */
     /* control */
     atomic_int cancel;        /* the request side gave up: the next step ends the job */
+    dsv41_session *prefill;   /* while its cold prefill runs alone, the slot's session (under the
+                               * lock): a cancel stops that call between layers */
     int refs;                 /* the request side and the scheduler; freed at 0 */
     pthread_cond_t changed;   /* signalled after each step that changed the progress */
     struct job *next;         /* the queue */
@@ -68,6 +71,9 @@ int sched_submit(sched *s, job *j);
 /* The request side is done with j: it is cancelled if it still runs, and freed when the
  * scheduler is done with it too. */
 void sched_release(sched *s, job *j);
+/* With the lock held: the request side gives up on j; the next step ends it, and a cold
+ * prefill of it that runs alone stops between layers. */
+void job_cancel(job *j);
 /* Frees a job that was never submitted. */
 void job_free(job *j);
 

@@ -9,7 +9,8 @@
 # save, SIGKILL, restart, restore into another slot, and the extended request gives the first
 # server's reply with every saved token reused; a corrupted file, names out of the folder, a
 # symbolic link out of it and a missing file get a 4xx while the server goes on. Bad bodies for
-# every new field get a 400 in OpenAI's error shape. Prints "N passed, N failed".
+# every new field get a 400 in OpenAI's error shape. A request that gives up during a long
+# prefill frees its slot with nothing cached. Prints "N passed, N failed".
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 
@@ -221,6 +222,21 @@ stop
 # without --slot-save-path the slot actions are off
 start plain || { finish; exit 1; }
 expect_err "slot files off" 501 POST /slots/0?action=save '{"filename":"x.slot"}'
+
+# a request that gives up during a long cold prefill: the prefill stops between layers, and the
+# slot is free again holding nothing (run to its end, it would have kept the 4000 tokens)
+busy0() { req GET /slots; field "$tmp/resp" 'r[0]["busy"]'; }
+long=$(python3 -c 'print([(i * 7919 + 3) % 129000 for i in range(4000)])')
+curl -sN -o /dev/null "http://127.0.0.1:$port/v1/completions" \
+    --data-binary "{\"prompt\":$long,\"max_tokens\":4,\"id_slot\":0,\"stream\":true}" &
+cpid=$!
+for _ in $(seq 100); do [ "$(busy0)" = True ] && break; sleep 0.05; done
+sleep 0.3 # the prefill is under way
+kill $cpid 2>/dev/null
+wait $cpid 2>/dev/null
+for _ in $(seq 200); do [ "$(busy0)" = False ] && break; sleep 0.05; done
+[ "$(field "$tmp/resp" 'r[0]["busy"], r[0]["n_tokens"]')" = "(False, 0)" ] && ok ||
+    bad "a request that gave up during its prefill: $(cat "$tmp/resp")"
 stop
 expect_error "serve: a slot folder that cannot be made" $dsv41 serve -m "$m" --port 0 --slot-save-path /proc/none/slots
 
