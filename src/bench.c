@@ -252,7 +252,7 @@ static double time_projections(const dsv41_model *m, int32_t streams) {
     }
     for (int64_t i = 0; i < streams * cols; i++) x[i] = (float)((i * 7919) % 2001) / 1000.0f - 1.0f;
     int32_t E = c->n_routed_experts, k = c->n_activated_experts;
-    int32_t reached = (int32_t)lround(E * (1.0 - pow(1.0 - (double)k / E, streams)));
+    int32_t reached = (int32_t)lround(E * (1.0 - pow(1.0 - (double)k / E, streams))); /* E >= k >= 1 (config) */
     int32_t picks = streams * k, used = reached < 1 ? 1 : reached > picks ? picks : reached;
     double t = time_matrix(&m->head, x, streams, y);
     for (int32_t l = 0; l < c->n_layers; l++) {
@@ -260,7 +260,7 @@ static double time_projections(const dsv41_model *m, int32_t streams) {
         const weight *dense[32];
         int n = layer_dense_weights(L, dense);
         for (int i = 0; i < n; i++) t += time_matrix(dense[i], x, streams, y);
-        for (int32_t e = 0; E > 0 && e < used; e++) {
+        for (int32_t e = 0; e < used; e++) {
             int64_t rows = picks / used + (e < picks % used); /* the expert's tokens */
             t += time_matrix(&L->w1[e], x, rows, y) + time_matrix(&L->w3[e], x, rows, y) + time_matrix(&L->w2[e], x, rows, y);
         }
