@@ -11,18 +11,32 @@ harnesses=${*:-$(ls build/fuzz/ | sed -n 's/^fuzz_\([a-z_]*\)$/\1/p')}
 tests/fuzz/seeds.sh build/fuzz/seeds || { echo "could not build the seeds"; echo "0 passed, 1 failed"; exit 1; }
 mkdir -p build/fuzz/crashes
 passed=0; failed=0
-for h in $harnesses; do
-    mkdir -p "build/fuzz/corpus/$h"
-    log=build/fuzz/$h.log
+# each harness runs on one CPU: DSV41_TEST_JOBS of them at a time (default: one per CPU), all for
+# the same SECONDS, so a batch ends together
+jobs=${DSV41_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
+fuzz() { # $1: a harness; leaves its log and exit status (0: no finding) in build/fuzz/
+    mkdir -p "build/fuzz/corpus/$1"
     # rss: the largest seed model is small; a run needing more memory is a finding
-    if "build/fuzz/fuzz_$h" -max_total_time="$secs" -timeout=30 -rss_limit_mb=3072 -print_final_stats=1 \
-        -artifact_prefix="build/fuzz/crashes/$h-" "build/fuzz/corpus/$h" "build/fuzz/seeds/$h" >"$log" 2>&1; then
-        passed=$((passed + 1))
-        echo "fuzz $h: $(grep -E '^stat::number_of_executed_units' "$log" | sed 's/.*: *//') inputs in ${secs}s, no finding"
-    else
-        failed=$((failed + 1))
-        echo "FAIL fuzz $h: $(grep -E 'ERROR|SUMMARY|runtime error' "$log" | head -n 3 | tr '\n' ' ')(log: $log)"
-    fi
+    "build/fuzz/fuzz_$1" -max_total_time="$secs" -timeout=30 -rss_limit_mb=3072 -print_final_stats=1 \
+        -artifact_prefix="build/fuzz/crashes/$1-" "build/fuzz/corpus/$1" "build/fuzz/seeds/$1" >"build/fuzz/$1.log" 2>&1
+    echo $? >"build/fuzz/$1.rc"
+}
+set -- $harnesses
+while [ $# -gt 0 ]; do
+    batch=
+    while [ $# -gt 0 ] && [ $(echo $batch | wc -w) -lt "$jobs" ]; do batch="$batch $1"; shift; done
+    for h in $batch; do fuzz "$h" & done
+    wait
+    for h in $batch; do
+        log=build/fuzz/$h.log
+        if [ "$(cat "build/fuzz/$h.rc")" = 0 ]; then
+            passed=$((passed + 1))
+            echo "fuzz $h: $(grep -E '^stat::number_of_executed_units' "$log" | sed 's/.*: *//') inputs in ${secs}s, no finding"
+        else
+            failed=$((failed + 1))
+            echo "FAIL fuzz $h: $(grep -E 'ERROR|SUMMARY|runtime error' "$log" | head -n 3 | tr '\n' ' ')(log: $log)"
+        fi
+    done
 done
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
