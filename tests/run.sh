@@ -8,7 +8,7 @@
 # bits and texts, never times. Most of them wait on a child process, a server or qemu for much
 # of their run, so two at a time on two CPUs took 60% of the time of one after another (2026-12-04).
 # A test's output is printed whole when it ends, so the blocks never interleave.
-jobs=${DSV41_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
+lanes=${DSV41_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
 logs=$(mktemp -d) || exit 1
 trap 'rm -rf "$logs"' EXIT
 passed=0; failed=0
@@ -37,7 +37,7 @@ reap() { # waits for one running test and reports it
     unset "index_of[$pid]"
 }
 for i in "${!tests[@]}"; do
-    while [ ${#index_of[@]} -ge "$jobs" ]; do reap; done
+    while [ ${#index_of[@]} -ge "$lanes" ]; do reap; done
     (
         t0=$(date +%s)
         "${tests[$i]}" >"$logs/$i.out" 2>&1; rc=$?

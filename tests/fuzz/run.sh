@@ -13,7 +13,7 @@ mkdir -p build/fuzz/crashes
 passed=0; failed=0
 # each harness runs on one CPU: DSV41_TEST_JOBS of them at a time (default: one per CPU), all for
 # the same SECONDS, so a batch ends together
-jobs=${DSV41_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
+lanes=${DSV41_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
 fuzz() { # $1: a harness; leaves its log and exit status (0: no finding) in build/fuzz/
     mkdir -p "build/fuzz/corpus/$1"
     # rss: the largest seed model is small; a run needing more memory is a finding
@@ -23,8 +23,8 @@ fuzz() { # $1: a harness; leaves its log and exit status (0: no finding) in buil
 }
 set -- $harnesses
 while [ $# -gt 0 ]; do
-    batch=
-    while [ $# -gt 0 ] && [ $(echo $batch | wc -w) -lt "$jobs" ]; do batch="$batch $1"; shift; done
+    batch=; n=0
+    while [ $# -gt 0 ] && [ $n -lt "$lanes" ]; do batch="$batch $1"; n=$((n + 1)); shift; done
     for h in $batch; do fuzz "$h" & done
     wait
     for h in $batch; do
