@@ -26,14 +26,17 @@ LIBDIR  = $(PREFIX)/lib
 INCDIR  = $(PREFIX)/include
 MANDIR  = $(PREFIX)/share/man
 
-LIB_SRC = $(wildcard src/*.c)
+# the library's sources: src/ and its folders (src/kernels: the kernel sets)
+LIB_SRC = $(wildcard src/*.c src/kernels/*.c)
+LIB_HDR = $(wildcard src/*.h src/kernels/*.h)
 LIB_OBJ = $(LIB_SRC:src/%.c=$(BUILD)/%.o) $(BUILD)/tiny_model.o
 TESTS   = $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 EXAMPLES = $(patsubst examples/%.c,$(BUILD)/example_%,$(wildcard examples/*.c))
 
 all: $(PROGRAM) $(BUILD)/libdsv41.so $(BUILD)/libdsv41.a
 
-$(BUILD)/%.o: src/%.c $(wildcard src/*.h) include/dsv41.h | $(BUILD)
+$(BUILD)/%.o: src/%.c $(LIB_HDR) include/dsv41.h | $(BUILD)
+	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LIB_CFLAGS) -c $< -o $@
 
 # the sampler's exp loop vectorizes only with the full vectorizer and no FP-trap ordering
@@ -123,7 +126,8 @@ ARM_CC  = aarch64-linux-gnu-gcc
 ARM_AR  = aarch64-linux-gnu-ar
 ARM_OBJ = $(LIB_SRC:src/%.c=build/aarch64/%.o) build/aarch64/tiny_model.o
 
-build/aarch64/%.o: src/%.c $(wildcard src/*.h) include/dsv41.h | build/aarch64
+build/aarch64/%.o: src/%.c $(LIB_HDR) include/dsv41.h | build/aarch64
+	@mkdir -p $(@D)
 	$(ARM_CC) $(CFLAGS) -c $< -o $@
 
 build/aarch64/tiny_model.o: build/tiny_model.c | build/aarch64
@@ -165,12 +169,13 @@ FUZZ_CFLAGS  = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -ffp-contract=off -I
 FUZZ_LIB_OBJ = $(LIB_SRC:src/%.c=build/fuzz/%.o) build/fuzz/tiny_model.o
 FUZZ_TARGETS = $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 
-build/fuzz/%.o: src/%.c $(wildcard src/*.h) include/dsv41.h | build/fuzz
+build/fuzz/%.o: src/%.c $(LIB_HDR) include/dsv41.h | build/fuzz
+	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
 # the SIMD kernel sets take minutes of CPU to compile under the sanitizers and only ever see
 # shapes the loader checked: they are built uninstrumented here
-build/fuzz/kernels_avx2.o build/fuzz/kernels_avx512.o build/fuzz/kernels_neon.o: FUZZ_SAN =
+build/fuzz/kernels/avx2.o build/fuzz/kernels/avx512.o build/fuzz/kernels/neon.o: FUZZ_SAN =
 
 build/fuzz/tiny_model.o: build/tiny_model.c | build/fuzz
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@

@@ -16,7 +16,7 @@
 #endif
 
 #include "dist.h"
-#include "kernels.h"
+#include "kernels/kernels.h"
 #include "pool.h"
 
 static double now(void) {

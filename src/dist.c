@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "dist.h"
-#include "kernels.h"
+#include "kernels/kernels.h"
 #include "numerics.h"
 #include "scratch.h"
 

@@ -7,7 +7,7 @@
  * increasing order, then rounds to bf16. */
 #include <stdlib.h>
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 #include "numerics.h"
 #include "pool.h"
 #include "scratch.h"

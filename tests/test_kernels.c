@@ -1,7 +1,7 @@
 /* test_kernels.c - every fast kernel set this CPU runs against the scalar reference.
  *
  * quant (fp8 with 32x32 and per-row scales, fp4) and dense (f32, bf16, and e4m3 / fp4 through
- * the dequantizing path, in the canonical order of kernels_scalar.c) must equal the scalar kernel
+ * the dequantizing path, in the canonical order of src/kernels/scalar.c) must equal the scalar kernel
  * bit for bit. Shapes are odd on purpose (rows and cols not multiples of 4/8/16/32, cols < 32,
  * chunks crossed); small shapes run at every token count from 1 to 40, large ones at 1, 2, 3, 7,
  * 13, 17, 40 and 64 (every tile remainder, both sides of the many-token paths); inputs mix large
@@ -17,7 +17,7 @@
 #include <xmmintrin.h>
 #endif
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 #include "numerics.h"
 #include "testing.h"
 

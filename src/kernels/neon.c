@@ -1,6 +1,6 @@
-/* kernels_neon.c - the arm64 NEON set (baseline AArch64 Advanced SIMD, no optional extensions).
+/* neon.c - the arm64 NEON set (baseline AArch64 Advanced SIMD, no optional extensions).
  *
- * One row at a time, per token. The arithmetic is that of kernels_avx512.c:
+ * One row at a time, per token. The arithmetic is that of avx512.c:
  * quant fp4: weights become the bytes 2w+12 (a table lookup), inputs the three signed base-256
  * digits of k = 512x, and widening byte products summed in 16 and 32 bits give each block's
  * sum((2w+12) k) exactly; subtracting 12 sum(k) and one int -> f32 conversion round the exact
@@ -8,7 +8,7 @@
  * times 2^-120), inputs are prepared as 2^112 x, and every product is split exactly into
  * t = fma(f, x, M) (summed as integer bit patterns) and the remainder (summed in f32), so the
  * block sum is exact until the one rounding that joins the two (with FPCR.FZ set, fp8 goes to the
- * scalar kernel). dense: f32 FMAs into 16 lanes, the canonical order of kernels_scalar.c.
+ * scalar kernel). dense: f32 FMAs into 16 lanes, the canonical order of scalar.c.
  * Inputs outside the exact range and NaN weight codes go to the scalar kernel. */
 #if defined(__aarch64__)
 #include <arm_neon.h>
@@ -66,7 +66,7 @@ static inline void e2m1x2_16(uint8x16_t c, float32x4_t out[4]) {
     out[3] = vcvtq_f32_s32(vmovl_high_s16(hi));
 }
 
-/* one row, one token, in the canonical order of kernels_scalar.c (16 columns per step, column
+/* one row, one token, in the canonical order of scalar.c (16 columns per step, column
  * c + 4k + j to lane j of acc[k] by one FMA); returns 0 if the row holds a NaN e4m3 code */
 static int dense_row(const weight *w, int64_t r, const float *xt, float *out) {
     const int64_t cols = w->cols, nb = (cols + 31) / 32;

@@ -1,4 +1,4 @@
-/* kernels_tile.h - the tiling the SIMD kernel sets share: a tile is RT weight rows against up
+/* tile.h - the tiling the SIMD kernel sets share: a tile is RT weight rows against up
  * to TT tokens, and the dense kernels walk rows in cache-sized blocks. Plain C, no ISA. */
 #ifndef DSV41_KERNELS_TILE_H
 #define DSV41_KERNELS_TILE_H

@@ -1,7 +1,7 @@
-/* kernels_drivers.h - the dense and quant drivers the x86 sets share (see kernels.h for what
+/* drivers.h - the dense and quant drivers the x86 sets share (see kernels.h for what
  * they compute).
  *
- * Included by kernels_avx2.c and kernels_avx512.c after their tiles, so the one pair of loops
+ * Included by avx2.c and avx512.c after their tiles, so the one pair of loops
  * compiles under each file's target attributes with that file's pieces. Each defines before
  * including: TGT, DENSE_NAME and QUANT_NAME (the functions to define), QUANT_FP8_CHUNK (blocks
  * per prepared fp8 chunk), FP4_GROUP (weight bytes per fp4 group), fp8_usable() (whether the

@@ -1,6 +1,6 @@
-/* kernels_avx2.c - the AVX2 set (AVX2, FMA, F16C), chosen at run time.
+/* avx2.c - the AVX2 set (AVX2, FMA, F16C), chosen at run time.
  *
- * The same schemes as kernels_avx512.c on 256-bit registers (see there for the arithmetic):
+ * The same schemes as avx512.c on 256-bit registers (see there for the arithmetic):
  * quant fp4 turns weights into the bytes 2w+12 and inputs into three signed base-256 digits of
  * 512x and sums exact byte products in int32 (vpmaddubsw cannot saturate here: 2 * 24 * 128 fits
  * 16 bits); quant fp8 keeps one block per lane and splits each product exactly into an integer
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "kernels.h"
-#include "kernels_tile.h"
+#include "tile.h"
 #include "numerics.h"
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
@@ -102,7 +102,7 @@ INL __m128i bytes16(const uint8_t *p, int64_t n) {
 
 /* Rows rp[0..nr-1] of a tile against tokens xp[0..nt-1], 16 columns at a time in two vectors, so
  * that lane j of the pair is the canonical partial sum of the columns j mod 16 (one FMA each, in
- * column order, as kernels_scalar.c); half[t][i] gets the pair added (lane j + lane j+8, sum16's
+ * column order, as scalar.c); half[t][i] gets the pair added (lane j + lane j+8, sum16's
  * first step) for the driver's join. Returns a bit per row with a NaN e4m3 code. */
 INL int dense_rows(const dtype ty, const uint8_t *const *rp, const uint8_t *const *sp, int64_t cols, int64_t pfd,
                    const float *const *xp, const int nt, const int nr, __m256 (*half)[RT]) {
@@ -341,7 +341,7 @@ INL void fp4_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t ng, int64_t 
 /* ================================================================ quant, fp8
  * A superblock is 8 blocks (one 32-byte load each); an in-lane 4x4 transpose of 4 loads gives
  * vectors whose dword lanes each stay in one half-block. Decoding and the exact split are those
- * of kernels_avx512.c: f = e4m3 * 2^-120 as an f32 pattern, x prepared as 2^112 x, t = fma(f, x, M),
+ * of avx512.c: f = e4m3 * 2^-120 as an f32 pattern, x prepared as 2^112 x, t = fma(f, x, M),
  * h = t - M, l = fma(f, x, -h), block sum = sum(bits t - bits M) + 256 sum(l). */
 
 INL int fp8_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0, int64_t nblk, fp8_prep *p) {
@@ -463,10 +463,10 @@ INL int fp8_usable(void) { return !(_mm_getcsr() & 0x0040); }
 #define QUANT_NAME avx2_quant
 #define QUANT_FP8_CHUNK FP8_CHUNK
 #define FP4_GROUP 32
-#include "kernels_drivers.h"
+#include "drivers.h"
 
 /* ================================================================ act_quant
- * as in kernels_avx512.c: (|v| + C) - C with C = 1.5 * 2^(e+20) rounds to the e4m3 grid */
+ * as in avx512.c: (|v| + C) - C with C = 1.5 * 2^(e+20) rounds to the e4m3 grid */
 
 /* |v| <= 448 on the e4m3 grid, with v's sign */
 INL __m256 e4m3_round(__m256 v) {

@@ -3,7 +3,7 @@
  * A kernel computes raw f32 dot products of weight rows [r0, r1) with T activation rows:
  *     y[t * ystride + (r - r0)] = x[t] . W[r]
  * dense: f32 and bf16 weights, and fp8 / fp4 weights the loader dequantized (mode != AS_STORED),
- *        against f32 activations, in the one canonical order of kernels_scalar.c: column i into
+ *        against f32 activations, in the one canonical order of scalar.c: column i into
  *        partial sum i mod 16 by a fused multiply-add, the 16 joined by sum16 (numerics.h). Every
  *        correct kernel agrees bit for bit, whatever its tiles and the call's token count.
  * quant: fp8 / fp4 weights (AS_STORED) against an act-quantized activation: x holds e4m3

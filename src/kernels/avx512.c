@@ -1,4 +1,4 @@
-/* kernels_avx512.c - the AVX-512 set (F, BW, VL, DQ with VNNI and VBMI), chosen at run time.
+/* avx512.c - the AVX-512 set (F, BW, VL, DQ with VNNI and VBMI), chosen at run time.
  *
  * Every weight is read in its stored width and decoded in registers. Tiles are 4 rows by up to
  * 4 tokens, so each decoded weight vector serves several tokens and each input vector 4 rows;
@@ -23,8 +23,8 @@
  * Both: inputs outside the exact range (not k/512 with |k| <= 448 * 512) and NaN weight codes
  * hand the call to a kernel that takes them (in the end the scalar one), which gives the same
  * bits.
- * dense: the canonical order of kernels_scalar.c as it comes: one f32 FMA per column into the
- * lane of its column mod 16, the lanes joined once per row and token (kernels_drivers.h). */
+ * dense: the canonical order of scalar.c as it comes: one f32 FMA per column into the
+ * lane of its column mod 16, the lanes joined once per row and token (drivers.h). */
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <math.h>
@@ -32,7 +32,7 @@
 #include <string.h>
 
 #include "kernels.h"
-#include "kernels_tile.h"
+#include "tile.h"
 #include "numerics.h"
 
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c")))
@@ -1144,7 +1144,7 @@ INL int fp8_usable(void) { return 1; } /* integers and exact f64: no denormal on
 #define QUANT_NAME avx512_quant_tiles
 #define QUANT_FP8_CHUNK FP8V_CHUNK
 #define FP4_GROUP 64
-#include "kernels_drivers.h"
+#include "drivers.h"
 
 /* many tokens: the paths with tokens in the lanes; otherwise (or when they decline) the tiles */
 TGT static void avx512_quant(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,

@@ -1,4 +1,4 @@
-/* kernels_scalar.c - the reference kernels: plain loops, one element at a time. */
+/* scalar.c - the reference kernels: plain loops, one element at a time. */
 #include <math.h>
 
 #include "kernels.h"

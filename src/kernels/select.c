@@ -1,4 +1,4 @@
-/* kernels.c - choosing the kernel set for this CPU.
+/* select.c - choosing the kernel set for this CPU.
  *
  * x86-64 has the avx2 set (AVX2, FMA, F16C) and the avx512 set (AVX-512 F/BW/VL/DQ with VNNI
  * and VBMI), each compiled with function-level target attributes and used only when the CPU
