@@ -444,7 +444,10 @@ int api_stream(server *sv, gen *g, jbuf *out) {
                 jb_puts(out, "},\"logprobs\":null,\"finish_reason\":null}");
                 chunk_close(g, out, j->n_gen);
                 finish = "tool_calls";
-            } else chunk_text(sv, g, out, "content", text, (size_t)p.calls_start, j->text.n, j->n_gen); /* a broken block stays text */
+            } else { /* a broken block stays text, with the whitespace before it, as in the whole reply */
+                size_t from = g->sent_content > (size_t)p.content_start ? g->sent_content : (size_t)p.content_start;
+                chunk_text(sv, g, out, "content", text, from, j->text.n, j->n_gen);
+            }
         }
         jb_free(&calls);
         chunk_head(sv, g, out);
