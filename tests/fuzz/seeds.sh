@@ -2,15 +2,14 @@
 # seeds.sh OUT - seed corpora for the fuzz harnesses, built from the shared data and the test
 # fixtures at run time (nothing of the shared data is kept in the repository): OUT/<harness>/
 # holds one file per seed. Needs ./dsv41 (to convert the golden into checkpoints) and python3.
-# A new harness gets its seeds from a new section here (the HTTP server's request parser:
-# OUT/http/, raw requests).
+# A new harness gets its seeds from a new section here.
 set -e
 cd "$(dirname "$0")/../.."
 out=$1
 shared=${DSV41_SHARED:-../shared}
 golden=${DSV41_GOLDEN:-$shared/golden/ds41_tiny_golden.json}
 rm -rf "$out"
-mkdir -p "$out/checkpoint" "$out/tokenizer" "$out/tokenize" "$out/chat" "$out/golden" "$out/session"
+mkdir -p "$out/checkpoint" "$out/tokenizer" "$out/tokenize" "$out/chat" "$out/golden" "$out/session" "$out/api"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 ./dsv41 convert --golden "$golden" --dtype bf16 -o "$work/bf16" >/dev/null
@@ -61,4 +60,34 @@ put("golden", "tiny-prefill", json.dumps({k: g[k] for k in ("fixture", "weights_
 put("session", "real-flip", bytes([2, 14, 4] + list(range(3, 17)) + [40, 0, 1]))
 put("session", "real", bytes([2, 21, 0] + list(range(5, 26))))
 put("session", "header", bytes([1]) + b"DSV41SES" + bytes([1] + [0] * 71))
+
+# api (fuzz_api.c): a byte for the route (0 chat, 1 completion, 2 /tokenize, 3 /detokenize; the
+# high bits: bytes per generated token), the request body, then a generated reply. The chat
+# vectors give the requests, and their rendered assistant turns (after <think>, before the end
+# of sentence) the replies: reasoning, answers and DSML tool-call blocks as the model writes them.
+SEP = "\n--dsv41-fuzz-reply--\n"
+def api(name, route, body, reply=None):
+    put("api", name, chr(route) + json.dumps(body, ensure_ascii=False) + ("" if reply is None else SEP + reply))
+replies = []
+for name in ("chat_vectors.json", "chat_vectors_v4.json"):
+    for i, c in enumerate(json.load(open(os.path.join(shared, "tokenizer", name), encoding="utf-8"))):
+        text = c.get("expect", {}).get("exact", "")
+        turns = [t.split("<｜end▁of▁sentence｜>")[0] for t in text.split("<｜Assistant｜>")[1:]]
+        turns = [t[len("<think>"):] if t.startswith("<think>") else t for t in turns]
+        replies += turns
+        body = {k: c[k] for k in ("messages", "tools") if k in c}
+        body["thinking"] = (c.get("options") or {}).get("thinking_mode", "thinking") == "thinking"
+        calls = [t for t in turns if "DSML" in t]
+        api("%s-%02d" % (name[:-5], i), 4 * (i % 7), body, (calls or turns or ["Hello."])[-1])
+        if calls: # a block that does not parse stays text, with the whitespace before it (streamed too)
+            api("%s-%02d-broken" % (name[:-5], i), 4 * (i % 7), body, calls[-1][:calls[-1].rfind("</")] + "</calls>")
+for i, r in enumerate(replies[:12]):
+    api("stream-%02d" % i, 4 * (i % 7), {"messages": [{"role": "user", "content": "Hi"}], "stream": True,
+        "stream_options": {"include_usage": True}, "return_tokens": True, "thinking": i % 2 == 0}, r)
+api("completion-text", 1, {"prompt": "The capital of France is", "max_tokens": 16, "stop": ["\n", "."],
+    "temperature": 0.7, "top_p": 0.9, "top_k": 40, "seed": 7}, " Paris. It is")
+api("completion-ids", 5, {"prompt": [0, 100, 2000, 128000], "stream": True, "return_tokens": True,
+    "cache_prompt": False, "id_slot": 1}, "\u00e9t\u00e9 \U0001F600 done")
+api("tokenize", 2, {"content": "Hello <｜User｜> world \u00e9", "parse_special": True})
+api("detokenize", 3, {"tokens": [0, 1, 100, 128000, 128799]})
 PY
