@@ -69,36 +69,6 @@ double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-job *job_new(const int32_t *prompt, int32_t n_prompt) {
-    job *j = calloc(1, sizeof *j);
-    if (!j) return NULL;
-    j->prompt = malloc((size_t)(n_prompt > 0 ? n_prompt : 1) * sizeof *j->prompt);
-    if (!j->prompt) {
-        free(j);
-        return NULL;
-    }
-    if (n_prompt > 0) memcpy(j->prompt, prompt, (size_t)n_prompt * sizeof *prompt);
-    j->n_prompt = n_prompt;
-    j->sp = (dsv41_sampler_params){.temperature = 1.0f, .top_p = 1.0f, .repeat_penalty = 1.0f};
-    j->id_slot = -1;
-    j->cache_prompt = 1;
-    j->slot = -1;
-    atomic_init(&j->cancel, 0);
-    pthread_cond_init(&j->changed, NULL);
-    return j;
-}
-
-void job_free(job *j) {
-    if (!j) return;
-    free(j->prompt);
-    for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
-    jb_free(&j->text);
-    free(j->marks);
-    free(j->ids);
-    pthread_cond_destroy(&j->changed);
-    free(j);
-}
-
 /* With the lock held: drops one reference. */
 static void unref(job *j) {
     if (--j->refs == 0) job_free(j);
@@ -287,49 +257,6 @@ static const char *start(sched *s, slot *sl) {
     return NULL;
 }
 
-/* How many trailing bytes of text could still begin one of the stop strings. */
-static size_t stop_tail(const job *j) {
-    size_t keep = 0, n = j->text.n;
-    for (int i = 0; i < j->n_stops; i++) {
-        size_t sl = strlen(j->stops[i]);
-        for (size_t k = sl - 1; k > keep; k--)
-            if (k <= n && !memcmp(j->text.p + n - k, j->stops[i], k)) {
-                keep = k;
-                break;
-            }
-    }
-    return keep;
-}
-
-/* With the lock held: appends a token and its text; 1 when a stop string ended the reply, -1
- * out of memory. */
-static int append(job *j, int32_t id, const char *piece, size_t n) {
-    if (j->n_gen == j->cap_ids) {
-        int32_t cap = j->cap_ids ? 2 * j->cap_ids : 64;
-        size_t *nm = realloc(j->marks, (size_t)cap * sizeof *nm);
-        if (nm) j->marks = nm;
-        int32_t *ni = nm ? realloc(j->ids, (size_t)cap * sizeof *ni) : NULL;
-        if (!ni) return -1;
-        j->ids = ni;
-        j->cap_ids = cap;
-    }
-    size_t from = j->text.n;
-    jb_put(&j->text, piece, n);
-    j->ids[j->n_gen] = id;
-    j->marks[j->n_gen++] = j->text.n;
-    for (int i = 0; i < j->n_stops; i++) {
-        size_t sl = strlen(j->stops[i]), start = from >= sl ? from - sl + 1 : 0;
-        char *hit = j->text.n ? memmem(j->text.p + start, j->text.n - start, j->stops[i], sl) : NULL;
-        if (hit) {
-            j->text.n = (size_t)(hit - j->text.p);
-            j->text.p[j->text.n] = 0;
-            return 1;
-        }
-    }
-    j->committed = j->text.n - stop_tail(j);
-    return 0;
-}
-
 /* Samples the slot's next token and hands its text to the job; 1 when the token is to be fed
  * (the reply goes on), 0 when the job ended. */
 static int sample_next(sched *s, slot *sl) {
@@ -338,7 +265,7 @@ static int sample_next(sched *s, slot *sl) {
     char piece[4096];
     int64_t n = id == s->eos ? 0 : dsv41_detokenize(s->tok, &sl->utf8, id, piece, sizeof piece);
     sched_lock(s);
-    int stop = id == s->eos ? 1 : append(j, id, piece, n > 0 ? (size_t)n : 0);
+    int stop = id == s->eos ? 1 : job_append(j, id, piece, n > 0 ? (size_t)n : 0);
     s->gen_tokens += id != s->eos;
     pthread_cond_broadcast(&j->changed);
     int more = !stop && j->n_gen < j->max_tokens && dsv41_session_pos(sl->session) + 1 < s->ctx;

@@ -5,13 +5,16 @@
  * rest is the request body, and for the two generation routes optionally a generated reply after
  * FUZZ_REPLY_SEP. A request either parses into a job whose prompt and token budget fit the
  * context, or gets a 4xx/5xx whose body is an OpenAI error object. A parsed job then "generates"
- * the reply a few bytes per token, streamed as the server streams it, and is answered whole as
- * well: every event and the whole reply are valid JSON, and the streamed pieces of each field,
- * laid end to end, are exactly that field of the whole reply (a stream never takes back what it
- * sent). Seeds: seeds.sh's "api" section. */
+ * the reply a few bytes per token through job_append, as the scheduler feeds it, up to its
+ * max_tokens or a stop string: its text is exactly the bytes fed, cut before the earliest stop
+ * string. It streams as the server streams it and is answered whole as well: every event and
+ * the whole reply are valid JSON, and the streamed pieces of each field, laid end to end, are
+ * exactly that field of the whole reply (a stream never takes back what it sent). Seeds:
+ * seeds.sh's "api" section. */
 #include "fuzz.h"
 
 #include "api.h"
+#include "job.h"
 
 #define FUZZ_REPLY_SEP "\n--dsv41-fuzz-reply--\n"
 
@@ -73,27 +76,37 @@ static size_t read_events(const jbuf *b, size_t from, gen_kind kind, jbuf *conte
     return from;
 }
 
-/* The job of a parsed request writes reply, step bytes per token, streamed; then the whole reply. */
+/* How many bytes of reply[0, n) come before the earliest of j's stop strings (n: none). */
+static size_t before_stops(const job *j, const char *reply, size_t n) {
+    size_t cut = n;
+    for (int i = 0; i < j->n_stops; i++) {
+        const char *hit = memmem(reply, n, j->stops[i], strlen(j->stops[i]));
+        if (hit && (size_t)(hit - reply) < cut) cut = (size_t)(hit - reply);
+    }
+    return cut;
+}
+
+/* The job of a parsed request is given reply, step bytes per token, as the scheduler gives it
+ * (up to its max_tokens, or a stop string), streamed; then the whole reply. */
 static void generate(gen *g, const char *reply, size_t n, size_t step) {
     job *j = g->job;
     if (j->n_prompt < 1 || j->n_prompt >= sv.ctx || j->max_tokens < 1 || j->n_prompt + j->max_tokens > sv.ctx) abort();
-    int32_t cap = (int32_t)(n / step + 1);
-    j->marks = malloc((size_t)cap * sizeof *j->marks);
-    j->ids = malloc((size_t)cap * sizeof *j->ids);
-    if (!j->marks || !j->ids) abort();
     jbuf s = {0}, content = {0}, reasoning = {0}, whole = {0};
-    size_t seen = 0;
-    int calls = 0, done = 0;
-    for (size_t at = 0; at < n; at += step) {
-        size_t k = n - at < step ? n - at : step;
-        jb_put(&j->text, reply + at, k);
-        j->ids[j->n_gen] = j->n_gen;
-        j->marks[j->n_gen++] = j->text.n;
-        j->committed = j->text.n;
+    size_t seen = 0, fed = 0;
+    int calls = 0, done = 0, stop = 0;
+    for (; fed < n && !stop && j->n_gen < j->max_tokens; fed += step) {
+        size_t k = n - fed < step ? n - fed : step;
+        if ((stop = job_append(j, j->n_gen, reply + fed, k)) < 0) abort();
+        if (j->committed > j->text.n) abort();
         api_stream(&sv, g, &s);
         seen = read_events(&s, seen, g->kind, &content, &reasoning, &calls, &done);
     }
-    j->end = END_STOP;
+    /* the text is what was fed, cut before the earliest stop string */
+    fed = fed < n ? fed : n;
+    if (j->text.n != (stop ? before_stops(j, reply, fed) : fed) || (j->text.n && memcmp(j->text.p, reply, j->text.n)) ||
+        (!stop && before_stops(j, reply, fed) != fed))
+        abort();
+    j->end = stop || fed == n ? END_STOP : END_LENGTH;
     if (!api_stream(&sv, g, &s)) abort();
     read_events(&s, seen, g->kind, &content, &reasoning, &calls, &done);
     if (!done || api_reply(&sv, g, &whole) != 200 || s.oom || whole.oom) abort();

@@ -88,6 +88,8 @@ api("completion-text", 1, {"prompt": "The capital of France is", "max_tokens": 1
     "temperature": 0.7, "top_p": 0.9, "top_k": 40, "seed": 7}, " Paris. It is")
 api("completion-ids", 5, {"prompt": [0, 100, 2000, 128000], "stream": True, "return_tokens": True,
     "cache_prompt": False, "id_slot": 1}, "\u00e9t\u00e9 \U0001F600 done")
+# two stop strings in one token, the one listed second earlier in the text: the earliest ends it
+api("completion-stops", 1 + 4 * 3, {"prompt": "x", "stop": ["bc", "ab"], "stream": True}, "xabcdefg")
 api("tokenize", 2, {"content": "Hello <｜User｜> world \u00e9", "parse_special": True})
 api("detokenize", 3, {"tokens": [0, 1, 100, 128000, 128799]})
 PY
