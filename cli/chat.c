@@ -77,17 +77,6 @@ static int feed_text(chat_state *c, const char *text) {
     return rc ? fail(dsv41_error()) : 0;
 }
 
-/* How many trailing bytes of buf could still begin a stop string. */
-static size_t held_back(const char *buf, size_t n, const gen_opts *o) {
-    size_t keep = 0;
-    for (int i = 0; i < o->stops.n; i++) {
-        size_t sl = strlen(o->stops.v[i]);
-        for (size_t k = sl - 1; k > keep && k > 0; k--)
-            if (k <= n && !memcmp(buf + n - k, o->stops.v[i], k)) { keep = k; break; }
-    }
-    return keep;
-}
-
 /* Samples until EOS, a stop string, the limit, the context or Ctrl-C; streams the text.
  * Returns 1 when the reply ended with EOS (which is not fed: the next turn's text closes the
  * reply), 0 when it was cut, -1 on error. */
@@ -124,14 +113,12 @@ static int reply(chat_state *c, const gen_opts *o) {
             text = nt;
         }
         memcpy(text + len, out, (size_t)n);
+        size_t held, prev = len;
         len += (size_t)n;
-        text[len] = 0;
-        int stop = 0;
-        for (int k = 0; k < o->stops.n; k++) {
-            char *hit = strstr(text + (printed > 64 ? printed - 64 : 0), o->stops.v[k]);
-            if (hit) { len = (size_t)(hit - text); stop = 1; }
-        }
-        size_t safe = stop ? len : len - held_back(text, len, o);
+        int64_t cut = dsv41_stop_find(text, len, prev, (const char *const *)o->stops.v, o->stops.n, &held);
+        int stop = cut >= 0;
+        if (stop) len = (size_t)cut;
+        size_t safe = len - held;
         if (safe > printed) fwrite(text + printed, 1, safe - printed, stdout), printed = safe;
         fflush(stdout);
         if (stop) break;

@@ -205,6 +205,15 @@ int dsv41_apply_penalties(const dsv41_sampler_params *p, const int32_t *history,
  * model's distribution, before temperature or penalties); -INFINITY for an id outside. */
 float dsv41_logprob(const float *logits, int32_t vocab_size, int32_t id);
 
+/* ---- stop strings: a reply ends before the earliest occurrence of any of them */
+/* For text [len], a reply that has grown a piece at a time: the offset of the earliest
+ * occurrence of any of stops [n] (NULL and empty strings never match), or -1 when there is
+ * none. prev is the text's length when it was last searched (0 the first time): the text before
+ * it held no occurrence, so only occurrences that end after it are looked for. *held (when not
+ * NULL) gets how many trailing bytes could still begin a stop string (0 once one occurred): a
+ * stream sends text[0, len - held) and holds the rest back until a later piece decides. */
+int64_t dsv41_stop_find(const char *text, size_t len, size_t prev, const char *const *stops, int32_t n, size_t *held);
+
 /* ---- traces */
 dsv41_trace *dsv41_trace_new(void);
 void dsv41_trace_free(dsv41_trace *t);

@@ -34,20 +34,6 @@ void job_free(job *j) {
     free(j);
 }
 
-/* How many trailing bytes of text could still begin one of the stop strings. */
-static size_t stop_tail(const job *j) {
-    size_t keep = 0, n = j->text.n;
-    for (int i = 0; i < j->n_stops; i++) {
-        size_t sl = strlen(j->stops[i]);
-        for (size_t k = sl - 1; k > keep; k--)
-            if (k <= n && !memcmp(j->text.p + n - k, j->stops[i], k)) {
-                keep = k;
-                break;
-            }
-    }
-    return keep;
-}
-
 int job_append(job *j, int32_t id, const char *piece, size_t n) {
     if (j->n_gen == j->cap_ids) {
         int32_t cap = j->cap_ids ? 2 * j->cap_ids : 64;
@@ -58,24 +44,17 @@ int job_append(job *j, int32_t id, const char *piece, size_t n) {
         j->ids = ni;
         j->cap_ids = cap;
     }
-    size_t from = j->text.n;
+    size_t from = j->text.n, held;
     jb_put(&j->text, piece, n);
     if (j->text.oom) return -1;
     j->ids[j->n_gen] = id;
     j->marks[j->n_gen++] = j->text.n;
-    /* the text before this piece holds no stop string, so one now overlaps the piece; of
-     * several, the earliest ends the reply (whichever the request listed first) */
-    char *cut = NULL;
-    for (int i = 0; i < j->n_stops; i++) {
-        size_t sl = strlen(j->stops[i]), start = from >= sl ? from - sl + 1 : 0;
-        char *hit = j->text.n ? memmem(j->text.p + start, j->text.n - start, j->stops[i], sl) : NULL;
-        if (hit && (!cut || hit < cut)) cut = hit;
-    }
-    if (cut) {
-        j->text.n = (size_t)(cut - j->text.p);
+    int64_t cut = dsv41_stop_find(j->text.p, j->text.n, from, (const char *const *)j->stops, j->n_stops, &held);
+    if (cut >= 0) {
+        j->text.n = (size_t)cut;
         j->text.p[j->text.n] = 0;
         return 1;
     }
-    j->committed = j->text.n - stop_tail(j);
+    j->committed = j->text.n - held;
     return 0;
 }

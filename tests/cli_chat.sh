@@ -14,6 +14,22 @@ b=$("$dsv41" run -m "$tmp/m" -p "hello" -n 20 --temp 0.9 --top-p 0.9 --seed 7 2>
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "the same seed gives the same reply"
 "$dsv41" run -m "$tmp/m" -p "hello" -n 20 --think high --top-k 5 --min-p 0.05 >/dev/null 2>&1 && ok || bad "run with --think and samplers"
 
+# --stop: the reply ends before the earliest stop string in it, whichever is listed first. Two
+# strings taken from the greedy reply without stops (the reference) that the same token completes:
+# A (4 characters) and B, its last 2, which first occurs inside A. Both orders must cut before A.
+full=$("$dsv41" run -m "$tmp/m" -p "hello" -n 40 --temp 0 2>/dev/null)
+python3 - "$full" >"$tmp/stops" <<'PY'
+import sys
+full = sys.argv[1]
+i = next(i for i in range(len(full) - 3) if "\n" not in full[i:i + 4] and full.find(full[i:i + 4]) == i and full.find(full[i + 2:i + 4]) == i + 2)
+print(full[i:i + 4]); print(full[i + 2:i + 4]); print(full[:i], end="")
+PY
+a=$(sed -n 1p "$tmp/stops"); b=$(sed -n 2p "$tmp/stops"); want=$(tail -n +3 "$tmp/stops")
+for order in "$a|$b" "$b|$a"; do
+    got=$("$dsv41" run -m "$tmp/m" -p "hello" -n 40 --temp 0 --stop "${order%%|*}" --stop "${order#*|}" 2>/dev/null)
+    [ -n "$a" ] && [ "$got" = "$want" ] && ok || bad "--stop '${order%%|*}' --stop '${order#*|}': '$got', want '$want' (of '$full')"
+done
+
 # piped stdin: two turns, a reset, another turn
 printf 'hello\nhow are you\n/reset\nand again\n/quit\n' | "$dsv41" chat -m "$tmp/m" -n 10 --temp 0 >"$tmp/out" 2>"$tmp/err"; rc=$?
 [ $rc -eq 0 ] && grep -q 'conversation cleared' "$tmp/err" && grep -qE '^prompt: [0-9]+ tokens.*generated: 30 tokens' "$tmp/err" &&

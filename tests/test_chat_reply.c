@@ -85,7 +85,65 @@ static void test_round_trip(void) {
     free(prompt);
 }
 
+/* ---- stop strings, against a search of the whole text from scratch */
+
+/* the earliest occurrence of any stop in text[0, len), or -1; and the longest proper prefix of
+ * a stop the text ends with */
+static int64_t stop_ref(const char *text, size_t len, const char *const *stops, int n, size_t *held) {
+    int64_t cut = -1;
+    *held = 0;
+    for (int i = 0; i < n; i++) {
+        size_t sl = stops[i] ? strlen(stops[i]) : 0;
+        for (size_t at = 0; sl && at + sl <= len; at++)
+            if (!memcmp(text + at, stops[i], sl) && (cut < 0 || (int64_t)at < cut)) cut = (int64_t)at;
+        for (size_t k = 1; k < sl && k <= len; k++)
+            if (!memcmp(text + len - k, stops[i], k) && k > *held) *held = k;
+    }
+    if (cut >= 0) *held = 0;
+    return cut;
+}
+
+static void test_stops(void) {
+    const char *two[] = {"bc", "ab"};
+    size_t held;
+    CHECK(dsv41_stop_find("xabcd", 5, 0, two, 2, &held) == 1 && held == 0,
+          "two stops in one piece: the earliest ends the text, whichever is listed first");
+    CHECK(dsv41_stop_find("xa", 2, 0, two, 2, &held) == -1 && held == 1, "a trailing 'a' could begin 'ab': held back");
+    const char *none[] = {NULL, ""};
+    CHECK(dsv41_stop_find("ab", 2, 0, none, 2, &held) == -1 && held == 0, "NULL and empty stops never match");
+    CHECK(dsv41_stop_find("x\0ab", 4, 0, two + 1, 1, &held) == 2, "a NUL byte in the text does not hide a stop after it");
+    /* random texts over a 3-letter alphabet fed in random pieces, stops of 1 to 4 letters */
+    uint64_t r = 7;
+    int bad = 0;
+    for (int round = 0; round < 3000 && !bad; round++) {
+        char text[64], stop_buf[4][5];
+        const char *stops[4];
+        int n = 1 + (int)(r % 4);
+        for (int i = 0; i < n; i++) {
+            r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+            int sl = 1 + (int)(r >> 60) % 4;
+            for (int k = 0; k < sl; k++) stop_buf[i][k] = (char)('a' + (r >> (20 + 4 * k)) % 3);
+            stop_buf[i][sl] = 0;
+            stops[i] = stop_buf[i];
+        }
+        size_t len = 0;
+        while (len < sizeof text && !bad) {
+            size_t prev = len, piece = 1 + (size_t)(r >> 33) % 4;
+            for (size_t k = 0; k < piece && len < sizeof text; k++) {
+                r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+                text[len++] = (char)('a' + (r >> 40) % 3);
+            }
+            size_t h, want_h;
+            int64_t got = dsv41_stop_find(text, len, prev, stops, n, &h), want = stop_ref(text, len, stops, n, &want_h);
+            bad = got != want || h != want_h;
+            if (got >= 0) break;
+        }
+    }
+    CHECK(!bad, "3000 random replies fed in pieces: the same cut and hold-back as a search from scratch");
+}
+
 int main(void) {
+    test_stops();
     test_parts();
     test_calls();
     test_round_trip();
