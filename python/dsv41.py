@@ -89,6 +89,8 @@ _tok_find = _fn("dsv41_tokenizer_find", _c.c_int32, _P, _c.c_char_p)
 _tokenize = _fn("dsv41_tokenize", _c.c_int64, _P, _c.c_char_p, _c.c_size_t, _c.c_int, _I32P, _c.c_int64)
 _is_special = _fn("dsv41_token_is_special", _c.c_int, _P, _c.c_int32)
 _detokenize = _fn("dsv41_detokenize", _c.c_int64, _P, _c.POINTER(_Utf8Stream), _c.c_int32, _c.c_char_p, _c.c_int64)
+_stop_find = _fn("dsv41_stop_find", _c.c_int64, _c.c_char_p, _c.c_size_t, _c.c_size_t, _c.POINTER(_c.c_char_p), _c.c_int32,
+                 _c.POINTER(_c.c_size_t))
 _render = _fn("dsv41_chat_render_messages", _c.c_void_p, _c.POINTER(_ChatMessage), _c.c_int32, _c.POINTER(_ChatOptions))
 _libc_free = ctypes.CDLL(None).free  # the library's strings are malloc'd
 _libc_free.argtypes, _libc_free.restype = [_P], None
@@ -261,14 +263,35 @@ class Model:
 
     def stream(self, messages, max_tokens=None, thinking=False, effort=None, temperature=0.6, top_k=0, top_p=0.95,
                min_p=0.0, seed=None, repeat_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0,
-               repeat_last_n=64, special=False):
-        """Yields the reply to messages as text pieces, until EOS, max_tokens or the context.
+               repeat_last_n=64, special=False, stop=None):
+        """Yields the reply to messages as text pieces, until EOS, max_tokens, the context or
+        stop (a string or a list of up to 8: the reply ends before the earliest, as `--stop`).
         Defaults are `dsv41 run -p`'s (seed None: the clock)."""
         ids = self.tokenize(self.render(messages, thinking, effort), special=True)
         p = self._params(temperature, top_k, top_p, min_p, seed, repeat_penalty, presence_penalty, frequency_penalty,
                          repeat_last_n)
         n = self.context if max_tokens is None else max_tokens
-        yield from self._pieces(self._tokens(ids, n, p, self.eos), special)
+        pieces = self._pieces(self._tokens(ids, n, p, self.eos), special)
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        if not stops:
+            yield from pieces
+            return
+        arr = (_c.c_char_p * len(stops))(*[s.encode("utf-8") for s in stops])
+        text, sent, held = b"", 0, _c.c_size_t()
+        try:
+            for piece in pieces:  # whole characters: a stop or a held-back tail starts at one
+                prev, text = len(text), text + piece.encode("utf-8")
+                cut = _stop_find(text, len(text), prev, arr, len(stops), _c.byref(held))
+                end = cut if cut >= 0 else len(text) - held.value
+                if end > sent:
+                    yield text[sent:end].decode("utf-8")
+                    sent = end
+                if cut >= 0:
+                    return
+            if len(text) > sent:  # what could have begun a stop string
+                yield text[sent:].decode("utf-8")
+        finally:
+            pieces.close()
 
     def chat(self, messages, **kw):
         """The whole reply to messages (the keywords of stream)."""

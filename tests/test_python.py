@@ -58,6 +58,16 @@ want = run("run", "-m", ck, "-p", "hello", "-n", "20", "--temp", "0.9", "--top-p
 got = c.chat([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}], max_tokens=20,
              temperature=0.9, top_p=0.9, seed=7, thinking=True, effort="high")
 check(got + "\n" == want, "chat with a system message, thinking and sampling: %r vs %r" % (got, want))
+# stop strings: the program's --stop is the reference; two taken from the greedy reply, the later
+# one listed first (both cut before the earlier one), and the reply without stops cut by hand
+full = c.chat("hello there", max_tokens=40, temperature=0)
+late, early = full[14:16], full[6:8]
+want = run("run", "-m", ck, "-p", "hello there", "-n", "40", "--temp", "0", "--stop", late, "--stop", early)
+got = c.chat("hello there", max_tokens=40, temperature=0, stop=[late, early])
+cut = min(i for i in (full.find(late), full.find(early)) if i >= 0)
+check(len(full) > 16 and got + "\n" == want and got == full[:cut], "chat with stop strings: %r vs %r" % (got, want))
+pieces = list(c.stream("hello there", max_tokens=40, temperature=0, stop=early))
+check("".join(pieces) == full[:full.find(early)], "stream with one stop string: %r" % pieces)
 try:
     dsv41.Model(ck + "/missing")
     check(False, "a missing checkpoint is an error")
