@@ -38,9 +38,8 @@ typedef struct job {
     char error[256];          /* END_ERROR: what failed */
     double t_submit, t_start, t_end; /* seconds on the monotonic clock */
     /* control */
-    atomic_int cancel;        /* the request side gave up: the next step ends the job */
-    dsv41_session *prefill;   /* while its cold prefill runs alone, the slot's session (under the
-                               * lock): a cancel stops that call between layers */
+    atomic_int cancel;        /* the request side gave up: the next step ends the job, and a cold
+                               * prefill running alone stops at its next layer */
     int refs;                 /* the request side and the scheduler; freed at 0 */
     pthread_cond_t changed;   /* signalled after each step that changed the progress */
     struct job *next;         /* the queue */

@@ -103,10 +103,7 @@ int sched_submit(sched *s, job *j) {
     return full ? -1 : 0;
 }
 
-void job_cancel(job *j) {
-    atomic_store(&j->cancel, 1);
-    if (j->prefill) dsv41_session_cancel(j->prefill);
-}
+void job_cancel(job *j) { atomic_store(&j->cancel, 1); }
 
 void sched_release(sched *s, job *j) {
     sched_lock(s);
@@ -308,24 +305,30 @@ static void batch_step(sched *s, int32_t count, int32_t cold, int32_t cold_n, in
  * cancel: a request that gives up during a long prompt frees its slot within a layer. */
 enum { PREFILL_JOIN = 64 };
 
-/* The slot's long cold prefill, alone (see PREFILL_JOIN). A cancel made before it starts ends
- * the job at the next step; one made during it stops it between layers, which leaves the
- * session empty. */
+/* After each layer of a prefill running alone: a job given up stops the call. Looking at the
+ * job's flag from inside the call, rather than asking the session to stop from the request's
+ * thread, loses no request: the library drops one made just before a call begins. */
+static void stop_if_given_up(void *ctx, int32_t done, int32_t total) {
+    (void)done, (void)total;
+    const slot *sl = ctx;
+    if (atomic_load(&sl->job->cancel)) dsv41_session_cancel(sl->session);
+}
+
+/* The slot's long cold prefill, alone (see PREFILL_JOIN). A job given up before it starts skips
+ * it and ends at the next step; one given up during it stops it at the next layer, which leaves
+ * the session empty. */
 static void prefill_alone(sched *s, slot *sl) {
     job *j = sl->job;
-    sched_lock(s);
-    int gave_up = atomic_load(&j->cancel);
-    if (!gave_up) j->prefill = sl->session;
-    sched_unlock(s);
-    if (gave_up) return;
+    if (atomic_load(&j->cancel)) return;
     double t0 = now_s();
+    dsv41_session_set_progress(sl->session, stop_if_given_up, sl);
     int rc = dsv41_session_forward(sl->session, j->prompt, j->n_prompt, sl->logits, NULL);
+    dsv41_session_set_progress(sl->session, NULL, NULL);
     double dt = now_s() - t0;
     const char *err = rc ? dsv41_error() : NULL;
     if (err) dsv41_session_reset(sl->session); /* stopped or failed: nothing is cached */
     else keep_snapshot(s, sl, 1);
     sched_lock(s);
-    j->prefill = NULL;
     sl->n_tokens = dsv41_session_pos(sl->session);
     if (err && atomic_load(&j->cancel)) finish(sl, END_CANCEL, NULL);
     else if (err) finish(sl, END_ERROR, err);
