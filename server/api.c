@@ -396,6 +396,11 @@ static void chunk_text(server *sv, gen *g, jbuf *o, const char *field, const cha
     chunk_close(g, o, n_tok);
 }
 
+/* Where the answer's next content chunk starts: past what went out, and never before the answer */
+static size_t content_from(const gen *g, const dsv41_reply_parts *p) {
+    return g->sent_content > (size_t)p->content_start ? g->sent_content : (size_t)p->content_start;
+}
+
 /* Sends what the parts of text[0, len), the text of the first n_tok tokens, add to what went
  * out before. */
 static void stream_parts(server *sv, gen *g, jbuf *o, const char *text, size_t len, int32_t n_tok, int final) {
@@ -408,7 +413,7 @@ static void stream_parts(server *sv, gen *g, jbuf *o, const char *text, size_t l
     dsv41_chat_reply_parts(text, len, g->flags | (final ? DSV41_REPLY_FINAL : 0), &p);
     chunk_text(sv, g, o, "reasoning_content", text, g->sent_reasoning, (size_t)p.reasoning_end, n_tok);
     if ((size_t)p.reasoning_end > g->sent_reasoning) g->sent_reasoning = (size_t)p.reasoning_end;
-    size_t from = g->sent_content > (size_t)p.content_start ? g->sent_content : (size_t)p.content_start;
+    size_t from = content_from(g, &p);
     chunk_text(sv, g, o, "content", text, from, (size_t)p.content_end, n_tok);
     if ((size_t)p.content_end > from) g->sent_content = (size_t)p.content_end;
 }
@@ -444,10 +449,8 @@ int api_stream(server *sv, gen *g, jbuf *out) {
                 jb_puts(out, "},\"logprobs\":null,\"finish_reason\":null}");
                 chunk_close(g, out, j->n_gen);
                 finish = "tool_calls";
-            } else { /* a broken block stays text, with the whitespace before it, as in the whole reply */
-                size_t from = g->sent_content > (size_t)p.content_start ? g->sent_content : (size_t)p.content_start;
-                chunk_text(sv, g, out, "content", text, from, j->text.n, j->n_gen);
-            }
+            } else /* a broken block stays text, with the whitespace before it, as in the whole reply */
+                chunk_text(sv, g, out, "content", text, content_from(g, &p), j->text.n, j->n_gen);
         }
         jb_free(&calls);
         chunk_head(sv, g, out);

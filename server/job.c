@@ -34,6 +34,8 @@ void job_free(job *j) {
     free(j);
 }
 
+void job_cancel(job *j) { atomic_store(&j->cancel, 1); }
+
 int job_append(job *j, int32_t id, const char *piece, size_t n) {
     if (j->n_gen == j->cap_ids) {
         int32_t cap = j->cap_ids ? 2 * j->cap_ids : 64;

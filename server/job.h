@@ -49,6 +49,9 @@ typedef struct job {
 job *job_new(const int32_t *prompt, int32_t n_prompt);
 /* Frees a job that was never submitted (or that nobody refers to any more). */
 void job_free(job *j);
+/* The request side gives up on j (any thread): the scheduler's next step ends it, and a cold
+ * prefill of it that runs alone stops at its next layer. */
+void job_cancel(job *j);
 /* Appends a generated token and its text (the scheduler, with its lock held). Returns 1 when a
  * stop string ended the reply (the text is cut before the earliest one), 0 when it goes on, -1
  * out of memory. */

@@ -103,8 +103,6 @@ int sched_submit(sched *s, job *j) {
     return full ? -1 : 0;
 }
 
-void job_cancel(job *j) { atomic_store(&j->cancel, 1); }
-
 void sched_release(sched *s, job *j) {
     sched_lock(s);
     job_cancel(j);

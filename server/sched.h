@@ -36,9 +36,6 @@ int sched_submit(sched *s, job *j);
 /* The request side is done with j: it is cancelled if it still runs, and freed when the
  * scheduler is done with it too. */
 void sched_release(sched *s, job *j);
-/* The request side gives up on j (any thread): the next step ends it, and a cold prefill of it
- * that runs alone stops at its next layer. */
-void job_cancel(job *j);
 
 void sched_lock(sched *s);
 void sched_unlock(sched *s);
