@@ -145,70 +145,91 @@ typedef struct {
     double tok_s, gflops;
 } timing;
 
-/* decode: `ctx` tokens of prefill, then n one-token calls timed in 4 runs of n/4; the best run
- * counts, as the best triad pass does, so a moment of another tenant's traffic on a shared
- * host does not decide the figure */
-static timing time_decode(const dsv41_model *m, int32_t ctx, int32_t n) {
-    dsv41_session *s = dsv41_session_new(m);
-    int32_t V = m->cfg.vocab_size, *ids = malloc((size_t)(ctx > 0 ? ctx : 1) * sizeof *ids);
-    float *logits = malloc((size_t)V * sizeof *logits);
-    for (int32_t i = 0; i < ctx; i++) ids[i] = (int32_t)((i * 7919 + 3) % V);
-    if (ctx > 0) dsv41_session_forward(s, ids, ctx, logits, NULL);
-    double best = 1e30;
-    for (int32_t run = 0, i = 0; run < 4; run++) {
-        double t0 = now();
-        for (int32_t end = (run + 1) * n / 4; i < end; i++) {
-            int32_t next = (int32_t)((i * 104729 + 11) % V);
-            dsv41_session_forward(s, &next, 1, logits, NULL);
-        }
-        best = fmin(best, (now() - t0) / (n / 4));
-        progress_report("bench: decode runs", run + 1, 4);
-    }
-    timing r = {1.0 / best, 0.0};
-    free(ids);
-    free(logits);
-    dsv41_session_free(s);
-    return r;
+/* A decode being timed: `streams` sessions, each after `ctx` tokens of prefill (different
+ * prompts), advanced a token each per step: one stream by dsv41_session_forward, more by one
+ * dsv41_batch_forward; best is the fastest run's seconds per step. */
+typedef struct {
+    dsv41_session **s;   /* [streams] */
+    int32_t *next;       /* [streams]: the token each one gets this step */
+    const int32_t **ids; /* [streams]: &next[k] */
+    int32_t *one;        /* [streams]: 1 */
+    float *logits;       /* [streams, vocab] */
+    float **lg;          /* [streams]: the rows of logits */
+    int32_t streams, vocab, step;
+    double best;
+} decoder;
+
+static void decoder_close(decoder *d) {
+    for (int32_t k = 0; d->s && k < d->streams; k++) dsv41_session_free(d->s[k]);
+    free(d->s);
+    free(d->next);
+    free(d->ids);
+    free(d->one);
+    free(d->logits);
+    free(d->lg);
 }
 
-/* batched decode: `streams` sessions of `ctx` tokens of prefill each (different prompts), then
- * n steps that advance every one of them by a token in one dsv41_batch_forward, timed as
- * time_decode does; tok_s counts the tokens of all the streams */
-static timing time_decode_parallel(const dsv41_model *m, int32_t streams, int32_t ctx, int32_t n) {
-    int32_t V = m->cfg.vocab_size, *ids = malloc((size_t)(ctx > 0 ? ctx : 1) * sizeof *ids);
-    int32_t *next = malloc((size_t)streams * sizeof *next), *one = malloc((size_t)streams * sizeof *one);
-    dsv41_session **s = calloc((size_t)streams, sizeof *s);
-    const int32_t **step = malloc((size_t)streams * sizeof *step);
-    float *logits = malloc((size_t)streams * V * sizeof *logits), **lg = malloc((size_t)streams * sizeof *lg);
-    timing r = {0, 0};
-    int rc = ids && next && one && s && step && logits && lg ? 0 : -1;
+static int decoder_open(decoder *d, const dsv41_model *m, int32_t streams, int32_t ctx) {
+    const int32_t V = m->cfg.vocab_size;
+    *d = (decoder){.streams = streams, .vocab = V, .best = 1e30};
+    d->s = calloc((size_t)streams, sizeof *d->s);
+    d->next = malloc((size_t)streams * sizeof *d->next);
+    d->ids = malloc((size_t)streams * sizeof *d->ids);
+    d->one = malloc((size_t)streams * sizeof *d->one);
+    d->logits = malloc((size_t)streams * V * sizeof *d->logits);
+    d->lg = malloc((size_t)streams * sizeof *d->lg);
+    int32_t *prompt = malloc((size_t)(ctx > 0 ? ctx : 1) * sizeof *prompt);
+    int rc = d->s && d->next && d->ids && d->one && d->logits && d->lg && prompt ? 0 : set_error("bench: out of memory");
     for (int32_t k = 0; rc == 0 && k < streams; k++) {
-        s[k] = dsv41_session_new(m);
-        for (int32_t i = 0; i < ctx; i++) ids[i] = (int32_t)((i * 7919 + 3 + k * 101) % V);
-        rc = !s[k] || (ctx > 0 && dsv41_session_forward(s[k], ids, ctx, NULL, NULL));
-        step[k] = &next[k];
-        lg[k] = logits + (size_t)k * V;
-        one[k] = 1;
+        d->s[k] = dsv41_session_new(m);
+        for (int32_t i = 0; i < ctx; i++) prompt[i] = (int32_t)((i * 7919 + 3 + k * 101) % V);
+        rc = !d->s[k] || (ctx > 0 && dsv41_session_forward(d->s[k], prompt, ctx, NULL, NULL)) ? -1 : 0;
+        d->ids[k] = &d->next[k];
+        d->lg[k] = d->logits + (size_t)k * V;
+        d->one[k] = 1;
     }
-    double best = 1e30;
-    for (int32_t run = 0, i = 0; rc == 0 && run < 4; run++) {
-        double t0 = now();
-        for (int32_t end = (run + 1) * n / 4; rc == 0 && i < end; i++) {
-            for (int32_t k = 0; k < streams; k++) next[k] = (int32_t)((i * 104729 + 11 + k * 7) % V);
-            rc = dsv41_batch_forward(s, step, one, streams, lg);
-        }
-        best = fmin(best, (now() - t0) / (n / 4));
-        progress_report("bench: parallel decode runs", run + 1, 4);
+    free(prompt);
+    if (rc) decoder_close(d);
+    return rc;
+}
+
+/* One timed run of n steps. */
+static int decoder_run(decoder *d, int32_t n) {
+    double t0 = now();
+    for (int32_t i = 0; i < n; i++, d->step++) {
+        for (int32_t k = 0; k < d->streams; k++) d->next[k] = (int32_t)((d->step * 104729 + 11 + k * 7) % d->vocab);
+        int rc = d->streams == 1 ? dsv41_session_forward(d->s[0], d->next, 1, d->logits, NULL)
+                                 : dsv41_batch_forward(d->s, d->ids, d->one, d->streams, d->lg);
+        if (rc) return rc;
     }
-    if (rc == 0) r.tok_s = streams / best;
-    for (int32_t k = 0; s && k < streams; k++) dsv41_session_free(s[k]);
-    free(s);
-    free(step);
-    free(lg);
-    free(logits);
-    free(one);
-    free(next);
-    free(ids);
+    d->best = fmin(d->best, (now() - t0) / n);
+    return 0;
+}
+
+/* decode: `ctx` tokens of prefill, then n steps timed in 4 runs of n/4; the best run counts, as
+ * the best triad pass does, so a moment of another tenant's traffic on a shared host does not
+ * decide the figure. With parallel > 0 the runs of `parallel` sessions batched alternate with
+ * the one session's, so that both meet the same host; par gets their tokens per second (all
+ * the streams'). */
+static timing time_decode(const dsv41_model *m, int32_t ctx, int32_t n, int32_t parallel, timing *par) {
+    decoder one, many;
+    timing r = {0, 0};
+    if (decoder_open(&one, m, 1, ctx)) return r;
+    if (parallel > 0 && decoder_open(&many, m, parallel, ctx)) {
+        decoder_close(&one);
+        return r;
+    }
+    int rc = 0;
+    for (int run = 0; rc == 0 && run < 4; run++) {
+        rc = decoder_run(&one, n / 4) || (parallel > 0 && decoder_run(&many, n / 4));
+        progress_report(parallel > 0 ? "bench: decode runs, one stream and batched" : "bench: decode runs", run + 1, 4);
+    }
+    if (rc == 0) r.tok_s = 1.0 / one.best;
+    if (parallel > 0) {
+        if (rc == 0) par->tok_s = parallel / many.best;
+        decoder_close(&many);
+    }
+    decoder_close(&one);
     return r;
 }
 
@@ -361,13 +382,13 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, int jso
         peak = peak_gflops();
         pre = time_prefill(m, n_pre);
         timing d[3] = {{0, 0}, {0, 0}, {0, 0}};
-        for (int k = 0; k < 3; k++)
-            if (ctxs[k] + n_dec <= c->max_seq_len) d[k] = time_decode(m, ctxs[k], n_dec);
-        dec = d[0];
-        /* the batched decode beside the one-stream decode at the same context, at the last
+        /* the batched decode beside the one-stream decode at the first context, at the last
          * thread count only */
-        if (pass == 1 && parallel > 0 && ctxs[0] + n_dec <= c->max_seq_len) {
-            par = time_decode_parallel(m, parallel, ctxs[0], n_dec);
+        const int32_t batched = pass == 1 && ctxs[0] + n_dec <= c->max_seq_len ? parallel : 0;
+        for (int k = 0; k < 3; k++)
+            if (ctxs[k] + n_dec <= c->max_seq_len) d[k] = time_decode(m, ctxs[k], n_dec, k == 0 ? batched : 0, &par);
+        dec = d[0];
+        if (batched > 0) {
             if (par.tok_s <= 0) return -1;
             if (m->part.n_ranks == 1) { /* one process's arithmetic: a split model's is spread over its ranks */
                 proj[0] = time_projections(m, 1);
