@@ -94,10 +94,14 @@ done
 # under 80% of one process on a model that is mostly experts (64 of inter 4096, 159 MB)
 python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c.update(n_routed_experts=64, n_activated_experts=6, moe_inter_dim=4096); json.dump(c, open(sys.argv[2], "w"))' \
     models/tiny.json "$tmp/big.json" && ./dsv41 synth --config "$tmp/big.json" -o "$tmp/big" --dtype fp8 || bad "synth the memory model"
-peak='import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); print("peak", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(rc)'
-one=$(python3 -c "$peak" ./dsv41 run -m "$tmp/big" --ids $ids,13,21,34,45,52,60,4,16,23,37 -n 8 -t 1 2>&1 >/dev/null | sed -n 's/^peak //p')
-two=$(mpi -np 2 python3 -c "$peak" ./dsv41-mpi run -m "$tmp/big" --ids $ids,13,21,34,45,52,60,4,16,23,37 -n 8 -t 1 2>&1 >/dev/null |
-      sed -n 's/^peak //p' | sort -n | tail -n 1)
+# each process writes its children's peak to a file of its own (named by its Open MPI rank, 0
+# outside mpirun): on the stderr mpirun forwards, the ranks' lines can interleave mid-line
+peak='import os, resource, subprocess, sys; rc = subprocess.call(sys.argv[2:]); open(sys.argv[1] + "." + os.environ.get("OMPI_COMM_WORLD_RANK", "0"), "w").write("%d\n" % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(rc)'
+rm -f "$tmp"/peak1.* "$tmp"/peak2.*
+python3 -c "$peak" "$tmp/peak1" ./dsv41 run -m "$tmp/big" --ids $ids,13,21,34,45,52,60,4,16,23,37 -n 8 -t 1 >/dev/null 2>&1
+mpi -np 2 python3 -c "$peak" "$tmp/peak2" ./dsv41-mpi run -m "$tmp/big" --ids $ids,13,21,34,45,52,60,4,16,23,37 -n 8 -t 1 >/dev/null 2>&1
+one=$(cat "$tmp"/peak1.0 2>/dev/null)
+two=$([ -f "$tmp/peak2.0" ] && [ -f "$tmp/peak2.1" ] && cat "$tmp"/peak2.* | sort -n | tail -n 1)
 [ -n "$one" ] && [ -n "$two" ] && [ $((two * 100)) -le $((one * 80)) ] && ok ||
     bad "peak memory: one process $one KB, largest of 2 ranks $two KB (want at most 80%)"
 echo "peak resident memory: one process $one KB, largest of 2 ranks $two KB"
