@@ -5,7 +5,12 @@ CC      ?= gcc
 CFLAGS  ?= -O2
 # The flags the build needs are appended to any CFLAGS given on the command line, never replaced by
 # them. -ffp-contract=off: the reference's rounding points assume no fused multiply-adds.
-override CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -ffp-contract=off -Iinclude -Isrc
+override CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -ffp-contract=off -Iinclude
+# The library's folders are its layers (src/README.md); its files and the tests that call its
+# internals see every folder's headers. The program, the server and the examples see include/
+# only, so a reach into src/ from them is a compile error.
+LAYERS  = base runtime kernels model text io lib tools
+LIB_INC = -Isrc $(LAYERS:%=-Isrc/%)
 LDLIBS  = -lpcre2-8 -lutf8proc -lm -lpthread
 CLI_LDLIBS = -ledit
 # the library is position independent (one set of objects serves the .so and the .a) and
@@ -26,9 +31,9 @@ LIBDIR  = $(PREFIX)/lib
 INCDIR  = $(PREFIX)/include
 MANDIR  = $(PREFIX)/share/man
 
-# the library's sources: src/ and its folders (src/kernels: the kernel sets)
-LIB_SRC = $(wildcard src/*.c src/kernels/*.c)
-LIB_HDR = $(wildcard src/*.h src/kernels/*.h)
+# the library's sources: one folder per layer
+LIB_SRC = $(wildcard src/*.c src/*/*.c)
+LIB_HDR = $(wildcard src/*.h src/*/*.h)
 LIB_OBJ = $(LIB_SRC:src/%.c=$(BUILD)/%.o) $(BUILD)/tiny_model.o
 TESTS   = $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 EXAMPLES = $(patsubst examples/%.c,$(BUILD)/example_%,$(wildcard examples/*.c))
@@ -37,11 +42,11 @@ all: $(PROGRAM) $(BUILD)/libdsv41.so $(BUILD)/libdsv41.a
 
 $(BUILD)/%.o: src/%.c $(LIB_HDR) include/dsv41.h | $(BUILD)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LIB_CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(LIB_INC) $(LIB_CFLAGS) -c $< -o $@
 
 # the sampler's exp loop vectorizes only with the full vectorizer and no FP-trap ordering
 # (neither changes a result: no fast-math, no contraction)
-$(BUILD)/sampler.o: override CFLAGS += -O3 -fno-trapping-math
+$(BUILD)/sampler.o $(BUILD)/text/sampler.o: override CFLAGS += -O3 -fno-trapping-math
 
 $(BUILD)/embed: tools/embed.c | $(BUILD)
 	$(CC) $(CFLAGS) $< -o $@
@@ -95,7 +100,7 @@ dsv41-mpi: mpi/main.c $(CLI_SRC:cli/%.c=$(BUILD)/mpi_cli_%.o) $(SERVER_SRC) $(SE
 		$(LDLIBS) $(CLI_LDLIBS) $(SERVER_LDLIBS) -o $@
 
 $(BUILD)/test_%: tests/test_%.c tests/testing.h $(BUILD)/libdsv41_internal.a
-	$(CC) $(CFLAGS) $< $(BUILD)/libdsv41_internal.a $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) $(LIB_INC) $< $(BUILD)/libdsv41_internal.a $(LDLIBS) -o $@
 
 $(BUILD)/example_%: examples/%.c $(BUILD)/libdsv41.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libdsv41.a $(LDLIBS) -o $@
@@ -128,7 +133,7 @@ ARM_OBJ = $(LIB_SRC:src/%.c=build/aarch64/%.o) build/aarch64/tiny_model.o
 
 build/aarch64/%.o: src/%.c $(LIB_HDR) include/dsv41.h | build/aarch64
 	@mkdir -p $(@D)
-	$(ARM_CC) $(CFLAGS) -c $< -o $@
+	$(ARM_CC) $(CFLAGS) $(LIB_INC) -c $< -o $@
 
 build/aarch64/tiny_model.o: build/tiny_model.c | build/aarch64
 	$(ARM_CC) $(CFLAGS) -c $< -o $@
@@ -137,7 +142,7 @@ build/aarch64/libdsv41.a: $(ARM_OBJ)
 	rm -f $@ && $(ARM_AR) rcs $@ $^
 
 build/aarch64/test_%: tests/test_%.c tests/testing.h tests/arm64_stubs.c build/aarch64/libdsv41.a
-	$(ARM_CC) $(CFLAGS) $< tests/arm64_stubs.c build/aarch64/libdsv41.a -lm -lpthread -o $@
+	$(ARM_CC) $(CFLAGS) $(LIB_INC) $< tests/arm64_stubs.c build/aarch64/libdsv41.a -lm -lpthread -o $@
 
 build/aarch64:
 	mkdir -p build/aarch64
@@ -164,7 +169,7 @@ test-mpi: dsv41 dsv41-mpi
 # `tests/fuzz/run.sh SECONDS [HARNESS...]` runs them for as long as wanted (README).
 FUZZ_CC      = clang
 FUZZ_SAN     = -fsanitize=address,undefined -fno-sanitize-recover=all
-FUZZ_CFLAGS  = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -ffp-contract=off -Iinclude -Isrc -g -O1 \
+FUZZ_CFLAGS  = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -ffp-contract=off -Iinclude $(LIB_INC) -g -O1 \
                -fno-omit-frame-pointer $(FUZZ_SAN)
 FUZZ_LIB_OBJ = $(LIB_SRC:src/%.c=build/fuzz/%.o) build/fuzz/tiny_model.o
 FUZZ_TARGETS = $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
