@@ -46,7 +46,7 @@ $(BUILD)/%.o: src/%.c $(LIB_HDR) include/dsv41.h | $(BUILD)
 
 # the sampler's exp loop vectorizes only with the full vectorizer and no FP-trap ordering
 # (neither changes a result: no fast-math, no contraction)
-$(BUILD)/sampler.o $(BUILD)/text/sampler.o: override CFLAGS += -O3 -fno-trapping-math
+$(BUILD)/text/sampler.o: override CFLAGS += -O3 -fno-trapping-math
 
 $(BUILD)/embed: tools/embed.c | $(BUILD)
 	$(CC) $(CFLAGS) $< -o $@
