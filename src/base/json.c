@@ -1,6 +1,6 @@
 /* json.c - recursive-descent JSON parser into a node tree (see json.h). */
 #include "json.h"
-#include "model.h"
+#include "error.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -2,7 +2,8 @@
  *
  * A setting of the calling thread, like dsv41_error(): the calls report through it without
  * taking an extra argument, and two threads loading two models each see their own. */
-#include "model.h"
+#include "dsv41.h"
+#include "progress.h"
 
 static _Thread_local dsv41_progress_fn hook;
 static _Thread_local void *hook_ctx;

@@ -3,7 +3,6 @@
  * The golden's "fixture" and the built-in models/tiny.json share one schema (ModelArgs field
  * names plus an "engram" object holding the hash tables), so one reader serves both. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,18 +10,6 @@
 #include "json.h"
 #include "model.h"
 #include "nprandom.h"
-
-static _Thread_local char error_buf[512];
-
-int set_error(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(error_buf, sizeof error_buf, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-const char *dsv41_error(void) { return error_buf; }
 
 /* Where config keys come from: a fixture-shaped object (ModelArgs names), or a served HF
  * config.json whose text_config spells them differently (V41_REFERENCE.md section 1.2). */

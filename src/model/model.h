@@ -12,16 +12,14 @@
 #include <stdint.h>
 
 #include "dsv41.h"
+#include "error.h"
+#include "progress.h"
 
 #define MAX_LAYERS 128      /* capacity of the per-layer role arrays, not a model dimension */
 #define MAX_ENGRAM 8        /* capacity: engram layers */
 #define MAX_NGRAM 8         /* capacity: engram n-gram length */
 #define MAX_HASH_COLS 64    /* capacity: (max_ngram-1) * engram heads */
 
-/* Record a one-line error for dsv41_error(); returns -1 so callers can `return set_error(...)`. */
-int set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Reports done of total units of a long call to the thread's dsv41_set_progress hook. */
-void progress_report(const char *what, int64_t done, int64_t total);
 
 /* ---- config: every geometry value, read from a fixture / config file */
 typedef struct {
