@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dist.h"
+#include "loader.h"
 #include "safetensors.h"
 
 /* Parts of a release checkpoint that the text forward pass does not use, accepted as they are:

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist.h"
 #include "golden.h"
+#include "loader.h"
 
 #include "filler.h"
 
@@ -35,7 +35,7 @@ dsv41_golden *dsv41_golden_load(const char *path) {
 }
 
 const json *golden_root(const dsv41_golden *g) { return g->root; }
-const char *golden_path(const dsv41_golden *g) { return g->path; }
+const char *golden_filename(const dsv41_golden *g) { return g->path; }
 
 void dsv41_golden_free(dsv41_golden *g) {
     if (!g) return;

@@ -8,37 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
-#include "dist.h"
 #include "loader.h"
-
-void *model_alloc(dsv41_model *m, size_t bytes) {
-    if (m->n_owned == m->cap_owned) {
-        size_t cap = m->cap_owned ? m->cap_owned * 2 : 256;
-        void **n = realloc(m->owned, cap * sizeof *n);
-        if (!n) return NULL;
-        m->owned = n;
-        m->cap_owned = cap;
-    }
-    void *p = calloc(1, bytes ? bytes : 1);
-    if (p) m->owned[m->n_owned++] = p;
-    return p;
-}
-
-void dsv41_model_free(dsv41_model *m) {
-    if (!m) return;
-    dist_model_free(m);
-    for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
-    free(m->owned);
-    for (size_t i = 0; i < m->n_maps; i++) munmap(m->maps[i].addr, m->maps[i].len);
-    free(m->maps);
-    config_free(&m->cfg);
-    free(m);
-}
-
-int32_t dsv41_model_vocab_size(const dsv41_model *m) { return m->cfg.vocab_size; }
-int32_t dsv41_model_max_seq_len(const dsv41_model *m) { return m->cfg.max_seq_len; }
 
 typedef struct {
     dsv41_model *m;

@@ -13,6 +13,13 @@ typedef struct weight_source {
                 weight *w);
 } weight_source;
 
+/* The loaders of one process (checkpoint.c, golden.c, filler.c); lib/open.c's public ones
+ * load through them on every rank of a job. golden_filename: the file g was loaded from. */
+dsv41_model *checkpoint_load(const char *dir);
+dsv41_model *golden_model(const dsv41_golden *g);
+const char *golden_filename(const dsv41_golden *g);
+dsv41_model *builtin_model(void);
+
 /* Builds a model over cfg (the model takes ownership of cfg's buffers on success). */
 dsv41_model *model_build(const config *cfg, weight_source *src);
 

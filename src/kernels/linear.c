@@ -1,4 +1,5 @@
-/* weights.c - element access to weights in their storage formats, and linear().
+/* linear.c - linear(): a batch of activations times a weight in its storage format (weight.c
+ * reads single elements).
  *
  * linear() follows the release's dispatch on the weight's dtype: an f32 weight gives an f32
  * GEMM; a bf16 weight a bf16 GEMM (f32 accumulate, one rounding); an fp8 or fp4 weight first
@@ -12,42 +13,9 @@
 #include "pool.h"
 #include "scratch.h"
 
-float weight_block_scale(const weight *w, int64_t r, int64_t b) {
-    return e8m0_to_f32(w->scale[(r / w->scale_rows) * ((w->cols + 31) / 32) + b]);
-}
-
-float weight_raw(const weight *w, int64_t r, int64_t c) {
-    int64_t i = r * w->cols + c;
-    switch (w->type) {
-    case DT_F32: return f32_at(w->data, i);
-    case DT_BF16: return bf16_to_f32(u16_at(w->data, i));
-    case DT_E4M3: return e4m3_to_f32(((const uint8_t *)w->data)[i]);
-    case DT_E8M0: return e8m0_to_f32(((const uint8_t *)w->data)[i]);
-    case DT_FP4: {
-        uint8_t b = ((const uint8_t *)w->data)[r * ((w->cols + 1) / 2) + c / 2];
-        return e2m1_to_f32((c & 1) ? b >> 4 : b & 15);
-    }
-    }
-    return 0.0f;
-}
-
-float weight_get(const weight *w, int64_t r, int64_t c) {
-    float v = weight_raw(w, r, c);
-    return w->scale ? v * weight_block_scale(w, r, c / 32) : v;
-}
-
-static const kernel_set *active;
 static uint64_t macs;
 
 uint64_t linear_macs(void) { return __atomic_load_n(&macs, __ATOMIC_RELAXED); }
-
-/* Application threads may make their first call at the same time: each picks the same set. */
-const kernel_set *kernels_current(void) {
-    const kernel_set *k = __atomic_load_n(&active, __ATOMIC_ACQUIRE);
-    if (!k) __atomic_store_n(&active, k = kernels_best(), __ATOMIC_RELEASE);
-    return k;
-}
-void kernels_use(const kernel_set *k) { __atomic_store_n(&active, k, __ATOMIC_RELEASE); }
 
 typedef struct {
     const weight *w;

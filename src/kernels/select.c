@@ -82,3 +82,13 @@ int dsv41_set_kernels(const char *name) {
 }
 
 const char *dsv41_kernels(void) { return kernels_current()->name; }
+
+static const kernel_set *active;
+
+/* Application threads may make their first call at the same time: each picks the same set. */
+const kernel_set *kernels_current(void) {
+    const kernel_set *k = __atomic_load_n(&active, __ATOMIC_ACQUIRE);
+    if (!k) __atomic_store_n(&active, k = kernels_best(), __ATOMIC_RELEASE);
+    return k;
+}
+void kernels_use(const kernel_set *k) { __atomic_store_n(&active, k, __ATOMIC_RELEASE); }

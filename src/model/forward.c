@@ -8,7 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist.h"
+#include "collective.h"
+#include "lead.h"
 #include "scratch.h"
 
 /* The shared slots as the golden records them after a source layer: the used prefix of the
@@ -146,7 +147,7 @@ static int forward_rows(const batch_seq *seq, int32_t count, int64_t T, const in
         R += seq[i].T - first[i];
     }
     float *lg = scratch_f32(R * V);
-    if (R > 0 && m->part.n_ranks > 1) dist_linear(m, &m->head, xn, R, lg);
+    if (R > 0 && m->part.n_ranks > 1) collective_linear(m, &m->head, xn, R, lg);
     else if (R > 0) linear(&m->head, xn, R, lg);
     trace_f32(tr, lg, 3, (int64_t[]){1, T, V}, "logits_full");
     for (int32_t i = 0; i < count; i++) {
@@ -193,7 +194,7 @@ static int forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logit
     atomic_store(&s->cancel, 0); /* only a request made during this call stops it */
     int64_t V = s->m->cfg.vocab_size;
     int rc = 0;
-    dist_forward_begin(s, ids, n, (logits ? FWD_LOGITS : 0) | (all ? FWD_ALL : 0) | (tr ? FWD_TRACE : 0));
+    lead_forward_begin(s, ids, n, (logits ? FWD_LOGITS : 0) | (all ? FWD_ALL : 0) | (tr ? FWD_TRACE : 0));
     if (s->pos == 0 || n == 1) {
         rc = forward_call(s, ids, n, logits, all, tr);
     } else {
@@ -203,7 +204,7 @@ static int forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logit
             forward_call(s, ids + i, 1, out, 0, tr);
         }
     }
-    dist_forward_end(s);
+    lead_forward_end(s);
     if (rc) return -1;
     return check_logits(logits, all ? n * V : V);
 }

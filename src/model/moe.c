@@ -11,7 +11,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "dist.h"
+#include "collective.h"
 #include "numerics.h"
 #include "pool.h"
 #include "scratch.h"
@@ -209,7 +209,7 @@ void moe(const dsv41_model *m, int32_t l, const float *x, int64_t T, float *y, f
         gather_job gj = {xs, x, rows + p0, dim};
         pool_run(np, 64, gather_range, &gj);
         run_experts(m, l, first, e0, e1, xs, rw + p0, x, T, shared && e1 == E, ys, yss);
-        if (m->part.n_ranks > 1) dist_share_picks(m, first, e0, e1, ys); /* the other ranks' experts */
+        if (m->part.n_ranks > 1) collective_share_picks(m, first, e0, e1, ys); /* the other ranks' experts */
         scatter_job sj = {acc, ys, picks, p0, np, k, dim};
         pool_run(T, 16, scatter_range, &sj);
     }

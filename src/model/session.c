@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist.h"
+#include "lead.h"
+#include "model.h"
 
 /* Compressed rows a kv-source layer of ratio `ratio` has closed at position pos. */
 static size_t closed_groups(int32_t pos, int32_t ratio) { return (size_t)(pos / ratio); }
@@ -58,7 +59,7 @@ dsv41_session *dsv41_session_new(const dsv41_model *m) {
         if (!st->ckv || !st->ik || !st->kv_state || !st->score_state) goto oom;
     }
     session_clear(s, 0);
-    dist_session_new(s);
+    lead_session_new(s);
     return s;
 oom:
     set_error("out of memory creating a session");
@@ -68,7 +69,7 @@ oom:
 
 void dsv41_session_free(dsv41_session *s) {
     if (!s) return;
-    dist_session_free(s);
+    lead_session_free(s);
     for (int32_t l = 0; s->layers && l < s->m->cfg.n_layers; l++) {
         layer_state *st = &s->layers[l];
         free(st->window);

@@ -11,7 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dist.h"
+#include "error.h"
+#include "lead.h"
 #include "pool.h"
 
 #define MAX_THREADS 256
@@ -146,7 +147,7 @@ int dsv41_set_threads(int32_t n) {
     pthread_mutex_lock(&P.mu);
     set_threads(n);
     pthread_mutex_unlock(&P.mu);
-    dist_threads(n);
+    lead_threads(n);
     return 0;
 }
 

@@ -7,7 +7,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -17,39 +16,8 @@
 
 #include "dist.h"
 #include "kernels/kernels.h"
+#include "machine.h"
 #include "pool.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-typedef struct {
-    double *a, *b, *c;
-} triad_job;
-
-static void triad_range(void *ctx, int64_t b, int64_t e) {
-    triad_job *j = ctx;
-    for (int64_t i = b; i < e; i++) j->a[i] = j->b[i] + 3.0 * j->c[i];
-}
-
-/* best of 5 passes of a[i] = b[i] + s*c[i] over 3 x 128 MiB, counting 24 bytes per element */
-double bench_triad_gbps(void) {
-    int64_t n = 16 << 20;
-    triad_job j = {malloc((size_t)n * 8), malloc((size_t)n * 8), malloc((size_t)n * 8)};
-    if (!j.a || !j.b || !j.c) { free(j.a); free(j.b); free(j.c); return 0.0; }
-    for (int64_t i = 0; i < n; i++) j.a[i] = 0.0, j.b[i] = 1.0, j.c[i] = 2.0;
-    double best = 1e30;
-    for (int rep = 0; rep < 5; rep++) {
-        double t0 = now();
-        pool_run(n, 1 << 16, triad_range, &j);
-        best = fmin(best, now() - t0);
-        progress_report("bench: triad passes", rep + 1, 5);
-    }
-    free(j.a); free(j.b); free(j.c);
-    return 24.0 * (double)n / best / 1e9;
-}
 
 /* 12 independent FMA chains per thread, in the widest vectors the CPU has. The inner loops are
  * unrolled so the chains live in registers: through memory, a store-to-load round trip per FMA
@@ -134,9 +102,9 @@ static double peak_gflops(void) {
     int32_t t = pool_threads();
     volatile float *sink = calloc((size_t)t, sizeof *sink);
     if (!sink) return 0.0;
-    double t0 = now();
+    double t0 = machine_now_s();
     pool_run(t, 1, fma_range, (void *)sink);
-    double dt = now() - t0;
+    double dt = machine_now_s() - t0;
     free((void *)sink);
     return 2.0 * 12.0 * (double)fma_lanes() * (double)FMA_ITERS * t / dt / 1e9;
 }
@@ -195,14 +163,14 @@ static int decoder_open(decoder *d, const dsv41_model *m, int32_t streams, int32
 
 /* One timed run of n steps. */
 static int decoder_run(decoder *d, int32_t n) {
-    double t0 = now();
+    double t0 = machine_now_s();
     for (int32_t i = 0; i < n; i++, d->step++) {
         for (int32_t k = 0; k < d->streams; k++) d->next[k] = (int32_t)((d->step * 104729 + 11 + k * 7) % d->vocab);
         int rc = d->streams == 1 ? dsv41_session_forward(d->s[0], d->next, 1, d->logits, NULL)
                                  : dsv41_batch_forward(d->s, d->ids, d->one, d->streams, d->lg);
         if (rc) return rc;
     }
-    d->best = fmin(d->best, (now() - t0) / n);
+    d->best = fmin(d->best, (machine_now_s() - t0) / n);
     return 0;
 }
 
@@ -240,9 +208,9 @@ static int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 static double time_matrix(const weight *w, const float *x, int64_t T, float *y) {
     double best = 1e30;
     for (int run = 0; w->data && run < 5; run++) {
-        double t0 = now();
+        double t0 = machine_now_s();
         linear(w, x, T, y);
-        best = fmin(best, now() - t0);
+        best = fmin(best, machine_now_s() - t0);
     }
     return w->data ? best : 0.0;
 }
@@ -300,9 +268,9 @@ static timing time_prefill(const dsv41_model *m, int32_t n) {
     for (int run = 0; run < 3; run++) {
         dsv41_session *s = dsv41_session_new(m);
         uint64_t macs0 = linear_macs();
-        double t0 = now();
+        double t0 = machine_now_s();
         dsv41_session_forward(s, ids, n, logits, NULL);
-        double dt = now() - t0;
+        double dt = machine_now_s() - t0;
         if (n / dt > r.tok_s) r = (timing){n / dt, 2.0 * (double)(linear_macs() - macs0) / dt / 1e9};
         dsv41_session_free(s);
         progress_report("bench: prefill runs", run + 1, 3);
@@ -318,12 +286,6 @@ static double kv_bytes_per_token(const config *c) {
     for (int l = 0; l < c->n_layers; l++)
         if (c->is_kv_source[l]) b += 4.0 * (c->head_dim + c->index_head_dim) / c->compress_ratio[l];
     return b;
-}
-
-double bench_peak_rss(void) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_maxrss * 1024.0;
 }
 
 /* A model split across ranks: each rank's triad (all at once), peak memory, weights read and
@@ -378,7 +340,7 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, int jso
         /* the limits are measured before and after the runs and the higher reading counts: on a
          * shared host a neighbour can take a core or the memory bus for a while, and a low
          * limit would flatter the ratios */
-        triad = bench_triad_gbps();
+        triad = machine_triad_gbps();
         peak = peak_gflops();
         pre = time_prefill(m, n_pre);
         timing d[3] = {{0, 0}, {0, 0}, {0, 0}};
@@ -396,7 +358,7 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, int jso
             }
             if (proj[0] < 0 || proj[1] < 0) return set_error("bench: out of memory");
         }
-        triad = fmax(triad, bench_triad_gbps());
+        triad = fmax(triad, machine_triad_gbps());
         peak = fmax(peak, peak_gflops());
         if (json) continue;
         fprintf(out, "threads %d: triad %.1f GB/s, FMA peak %.1f GFLOP/s\n", counts[pass], triad, peak);
@@ -414,7 +376,7 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, int jso
                     1e3 * proj[0], 1e3 * proj[1], parallel, parallel * proj[0] / proj[1]);
         fflush(out);
     }
-    double rss = bench_peak_rss();
+    double rss = machine_peak_rss();
     if (json) fprintf(out, "{");
     if (m->part.n_ranks > 1 && report_ranks(m, json, out)) return -1;
     if (json && par.tok_s > 0) {

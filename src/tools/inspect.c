@@ -1,26 +1,9 @@
-/* inspect.c - what a model is made of, and what one decoded token reads from it. */
+/* inspect.c - what a model is made of, for dsv41_model_describe (model.c counts what one decoded
+ * token reads). */
 #include <stdio.h>
 #include <string.h>
 
 #include "model.h"
-
-size_t weight_bytes(const weight *w) {
-    if (!w->data) return 0;
-    static const int SZ[] = {4, 2, 1, 1, 1};
-    size_t cols = (size_t)(w->type == DT_FP4 ? (w->cols + 1) / 2 : w->cols), n = (size_t)w->rows * cols * (size_t)SZ[w->type];
-    if (w->scale) n += (size_t)((w->scale_rows == 1 ? w->rows : (w->rows + 31) / 32) * ((w->cols + 31) / 32));
-    return n;
-}
-
-int layer_dense_weights(const layer_weights *L, const weight **out) {
-    const weight *all[] = {&L->hc_attn_fn, &L->hc_ffn_fn, &L->wq_a, &L->wq_b, &L->wkv, &L->wo_a, &L->wo_b,
-                           &L->comp_wkv, &L->comp_wgate, &L->idx_wq_b, &L->idx_weights_proj, &L->idx_wk,
-                           &L->gate, &L->sw1, &L->sw2, &L->sw3, &L->eg_wkv};
-    int n = 0;
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-        if (all[i]->data) out[n++] = all[i];
-    return n;
-}
 
 typedef struct {
     size_t count[5], bytes[5];
@@ -31,33 +14,6 @@ static void tally(dtype_tally *t, const weight *w) {
     t->count[w->type]++;
     t->bytes[w->type] += weight_bytes(w);
 }
-
-/* share(n): the fraction of n items (experts, rows) this process owns; 1 for the whole model */
-static double share(const dsv41_model *m, int64_t n, int whole) {
-    const model_part *p = &m->part;
-    return whole ? 1.0 : (double)(n * (p->rank + 1) / p->n_ranks - n * p->rank / p->n_ranks) / (double)n;
-}
-
-/* The dense matrices in full, the head, the active experts and the table rows by this
- * process's share of them (all of them when whole). */
-static double decode_bytes(const dsv41_model *m, int whole) {
-    const config *c = &m->cfg;
-    double n = (double)(weight_bytes(&m->embed) / (size_t)c->vocab_size) + (double)weight_bytes(&m->head) * share(m, c->vocab_size, whole);
-    for (int l = 0; l < c->n_layers; l++) {
-        const layer_weights *L = &m->layers[l];
-        const weight *dense[32];
-        int k = layer_dense_weights(L, dense);
-        for (int i = 0; i < k; i++) n += (double)weight_bytes(dense[i]);
-        n += (double)c->n_activated_experts * share(m, c->n_routed_experts, whole) *
-             (double)(weight_bytes(&L->w1[0]) + weight_bytes(&L->w2[0]) + weight_bytes(&L->w3[0]));
-        if (L->engram >= 0)
-            n += (double)(engram_cols(c) * weight_bytes(&L->eg_table) / (size_t)L->eg_table.rows) * share(m, L->eg_table.rows, whole);
-    }
-    return n;
-}
-
-size_t model_decode_bytes(const dsv41_model *m) { return (size_t)decode_bytes(m, 1); }
-double part_decode_bytes(const dsv41_model *m) { return decode_bytes(m, 0); }
 
 /* n bytes for a reader: "635822 bytes (621.0 KiB)" */
 static const char *human(size_t n, char *buf, size_t cap) {

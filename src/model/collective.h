@@ -1,0 +1,31 @@
+/* collective.h - the exchanges a forward makes when its model is split across the ranks of a
+ * job (collective.c), over the transport the program gave dsv41_set_dist.
+ *
+ * Inside a forward every rank computes the same replicated values, runs its share of the
+ * experts, table rows and head rows, and the shares are exchanged whole, so every rank ends
+ * each step with the same bits. */
+#ifndef DSV41_COLLECTIVE_H
+#define DSV41_COLLECTIVE_H
+
+#include "model.h"
+
+/* The transport this process runs over: rank 0 of 1 until dsv41_set_dist sets another. */
+extern dsv41_dist collective_net;
+/* Every rank's part of buf (counts [n_ranks] bytes, end to end in rank order) to every rank. */
+void collective_gather(void *buf, const int64_t *counts);
+/* Rank 0's n bytes of buf to every rank. */
+void collective_bcast(void *buf, int64_t n);
+/* Bytes this rank sent to the others so far. */
+uint64_t collective_sent(void);
+
+/* MoE: ys [first[e1] - first[e0]][dim] holds the outputs of this rank's picks among experts
+ * [e0, e1) (first as in moe.c); on return, every pick's. The outputs are bf16 values and travel
+ * as bf16. */
+void collective_share_picks(const dsv41_model *m, const int64_t *first, int32_t e0, int32_t e1, float *ys);
+/* out [n][table cols] = bf16(table row rows[i]) for every i, each row read by its owner and
+ * sent as stored (e4m3 and its e8m0 scales). */
+void collective_table_rows(const dsv41_model *m, const weight *table, const int64_t *rows, int64_t n, float *out);
+/* y [T][w rows] = linear(w, x): each rank computes its share of the rows, all ranks get all. */
+void collective_linear(const dsv41_model *m, const weight *w, const float *x, int64_t T, float *y);
+
+#endif

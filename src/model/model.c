@@ -1,0 +1,72 @@
+/* model.c - a model in memory: the buffers it owns, its public accessors, and what one
+ * decoded token reads from it (the benchmark's limit, a session file's identity and each
+ * rank's report all count it). */
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#include "lead.h"
+#include "model.h"
+
+void *model_alloc(dsv41_model *m, size_t bytes) {
+    if (m->n_owned == m->cap_owned) {
+        size_t cap = m->cap_owned ? m->cap_owned * 2 : 256;
+        void **n = realloc(m->owned, cap * sizeof *n);
+        if (!n) return NULL;
+        m->owned = n;
+        m->cap_owned = cap;
+    }
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (p) m->owned[m->n_owned++] = p;
+    return p;
+}
+
+void dsv41_model_free(dsv41_model *m) {
+    if (!m) return;
+    lead_model_free(m);
+    for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
+    for (size_t i = 0; i < m->n_maps; i++) munmap(m->maps[i].addr, m->maps[i].len);
+    free(m->maps);
+    config_free(&m->cfg);
+    free(m);
+}
+
+int32_t dsv41_model_vocab_size(const dsv41_model *m) { return m->cfg.vocab_size; }
+int32_t dsv41_model_max_seq_len(const dsv41_model *m) { return m->cfg.max_seq_len; }
+
+int layer_dense_weights(const layer_weights *L, const weight **out) {
+    const weight *all[] = {&L->hc_attn_fn, &L->hc_ffn_fn, &L->wq_a, &L->wq_b, &L->wkv, &L->wo_a, &L->wo_b,
+                           &L->comp_wkv, &L->comp_wgate, &L->idx_wq_b, &L->idx_weights_proj, &L->idx_wk,
+                           &L->gate, &L->sw1, &L->sw2, &L->sw3, &L->eg_wkv};
+    int n = 0;
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        if (all[i]->data) out[n++] = all[i];
+    return n;
+}
+
+/* share(n): the fraction of n items (experts, rows) this process owns; 1 for the whole model */
+static double share(const dsv41_model *m, int64_t n, int whole) {
+    const model_part *p = &m->part;
+    return whole ? 1.0 : (double)(n * (p->rank + 1) / p->n_ranks - n * p->rank / p->n_ranks) / (double)n;
+}
+
+/* The dense matrices in full, the head, the active experts and the table rows by this
+ * process's share of them (all of them when whole). */
+static double decode_bytes(const dsv41_model *m, int whole) {
+    const config *c = &m->cfg;
+    double n = (double)(weight_bytes(&m->embed) / (size_t)c->vocab_size) + (double)weight_bytes(&m->head) * share(m, c->vocab_size, whole);
+    for (int l = 0; l < c->n_layers; l++) {
+        const layer_weights *L = &m->layers[l];
+        const weight *dense[32];
+        int k = layer_dense_weights(L, dense);
+        for (int i = 0; i < k; i++) n += (double)weight_bytes(dense[i]);
+        n += (double)c->n_activated_experts * share(m, c->n_routed_experts, whole) *
+             (double)(weight_bytes(&L->w1[0]) + weight_bytes(&L->w2[0]) + weight_bytes(&L->w3[0]));
+        if (L->engram >= 0)
+            n += (double)(engram_cols(c) * weight_bytes(&L->eg_table) / (size_t)L->eg_table.rows) * share(m, L->eg_table.rows, whole);
+    }
+    return n;
+}
+
+size_t model_decode_bytes(const dsv41_model *m) { return (size_t)decode_bytes(m, 1); }
+double part_decode_bytes(const dsv41_model *m) { return decode_bytes(m, 0); }
