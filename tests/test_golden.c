@@ -118,7 +118,7 @@ static void test_components(const dsv41_model *m, const json *root) {
         CHECK(cmp_f32(rg, "L0.attn_in", R, x, 3, sd), "%s: hc_pre + attn_norm", rg);
 
         dsv41_trace_clear(tr);
-        attention(&(batch_seq){s, 0, T}, 1, 0, attn_in, T, y, tr);
+        attention_forward(&(batch_seq){s, 0, T}, 1, 0, attn_in, T, y, tr);
         CHECK(cmp_f32(rg, "L0.attn_out", R, y, 3, sd), "%s: attention on L0.attn_in", rg);
         CHECK(cmp_trace(rg, "L0.sa_q", R, tr) && cmp_trace(rg, "L0.sa_kv", R, tr) &&
                   cmp_trace(rg, "L0.sa_topk_idxs", R, tr) && cmp_trace(rg, "L0.sa_o", R, tr),
@@ -131,7 +131,7 @@ static void test_components(const dsv41_model *m, const json *root) {
         CHECK(cmp_f32(rg, "L0.ffn_pre", R, f_pre, 3, s3) && cmp_f32(rg, "L0.ffn_comb", R, f_comb, 4, s4) &&
                   cmp_f32(rg, "L0.ffn_in", R, x, 3, sd), "%s: hc_post + ffn mixes + ffn_norm", rg);
 
-        moe(m, 0, ffn_in, T, y, rw, ri32);
+        moe_forward(m, 0, ffn_in, T, y, rw, ri32);
         CHECK(cmp_f32(rg, "L0.ffn_out", R, y, 3, sd), "%s: moe on L0.ffn_in", rg);
         double *idx = malloc(T * k * sizeof *idx);
         for (int64_t i = 0; i < T * k; i++) idx[i] = ri32[i];

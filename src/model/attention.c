@@ -262,11 +262,11 @@ static attn_job attend(dsv41_session *s, int32_t l, const attn_rows *p, int64_t 
         float *latent = scratch_f32(T * hd);
         int64_t nlat = 0;
         if (c->is_kv_source[l]) {
-            nlat = compressor(s, l, p->ckv, p->cgate, T, latent);
+            nlat = compressor_step(s, l, p->ckv, p->cgate, T, latent);
             sh->compress_kv = s->layers[l].ckv;
         }
         /* the indexer scores the latent before it is rotated and quantized */
-        if (c->is_index_source[l] && clen > 0) indexer(s, l, p->iq, p->iw, latent, nlat, T, nrows);
+        if (c->is_index_source[l] && clen > 0) indexer_select(s, l, p->iq, p->iw, latent, nlat, T, nrows);
         if (nlat > 0) {
             for (int64_t g = 0; g < nlat; g++)
                 rope_apply(rt, latent + g * hd, hd, rd, pos == 0 ? g * ratio : pos + 1 - ratio, 0);
@@ -305,7 +305,7 @@ static attn_rows rows_from(const attn_rows *p, const config *c, int64_t r) {
  * each session's ring, caches and shared slots. The projections read only their own row, so
  * they run once over all the rows (each weight read once for the batch); what reads a
  * session's caches runs per session. */
-void attention(const batch_seq *seq, int32_t count, int32_t l, const float *x, int64_t T, float *out, dsv41_trace *tr) {
+void attention_forward(const batch_seq *seq, int32_t count, int32_t l, const float *x, int64_t T, float *out, dsv41_trace *tr) {
     const dsv41_model *m = seq[0].s->m;
     const config *c = &m->cfg;
     const layer_weights *L = &m->layers[l];

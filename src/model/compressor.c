@@ -26,7 +26,7 @@ static void pool_group(const float *kv, const float *score, int32_t ratio, int32
 /* kv [T][hd] (comp_wkv x), score [T][hd] (comp_wgate x; ratio > 1) -> latent [n][hd] (bf16,
  * pre-RoPE); returns n, the groups closed by this call. The projections come computed: a batch
  * of sessions runs them once over all its rows. */
-int64_t compressor(dsv41_session *s, int32_t l, const float *kv, const float *score, int64_t T, float *latent) {
+int64_t compressor_step(dsv41_session *s, int32_t l, const float *kv, const float *score, int64_t T, float *latent) {
     const config *c = &s->m->cfg;
     const layer_weights *L = &s->m->layers[l];
     layer_state *st = &s->layers[l];

@@ -58,7 +58,7 @@ static void block(const batch_seq *seq, int32_t count, int32_t l, int64_t T, con
     hc_pre(h, pre_mix, T, hc, dim, x);
     rms_norm(x, L->attn_norm, T, dim, c->norm_eps, xn);
     trace_f32(tr, xn, 3, (int64_t[]){1, T, dim}, "L%d.attn_in", l);
-    attention(seq, count, l, xn, T, y, tr);
+    attention_forward(seq, count, l, xn, T, y, tr);
     trace_f32(tr, y, 3, (int64_t[]){1, T, dim}, "L%d.attn_out", l);
     hc_post(y, h, a_post, a_comb, T, hc, dim, h_mid);
 
@@ -66,7 +66,7 @@ static void block(const batch_seq *seq, int32_t count, int32_t l, int64_t T, con
     hc_pre(h_mid, a_pre, T, hc, dim, x);
     rms_norm(x, L->ffn_norm, T, dim, c->norm_eps, xn);
     trace_f32(tr, xn, 3, (int64_t[]){1, T, dim}, "L%d.ffn_in", l);
-    moe(m, l, xn, T, y, rw, ri);
+    moe_forward(m, l, xn, T, y, rw, ri);
     hc_post(y, h_mid, f_post, f_comb, T, hc, dim, h);
     memcpy(pre_mix, f_pre, (size_t)(T * hc) * sizeof *pre_mix);
 

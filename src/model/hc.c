@@ -14,46 +14,6 @@
 #include "pool.h"
 #include "scratch.h"
 
-/* sum of x[i]^2 over i < n in a fixed order: 16 running sums (lane j takes i = j mod 16 in
- * order), then halved pairwise. The order depends on n only, so a row gives the same bits in a
- * prefill and in a decode step and on any thread; one index-order chain made a decode step wait
- * 4 cycles per element (torch sums in its own order too, which the golden's bars allow for). */
-static float sum_of_squares(const float *x, int64_t n) {
-    v16 acc = {0.0f};
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const v16 v = LOAD16(x + i);
-        acc += v * v;
-    }
-    float lane[16];
-    memcpy(lane, &acc, sizeof lane);
-    for (; i < n; i++) lane[i % 16] += x[i] * x[i];
-    return sum16(lane);
-}
-
-typedef struct {
-    const float *x, *w;
-    int32_t n;
-    float eps, *y;
-} norm_job;
-
-/* rows [b, e) of rms_norm */
-static void norm_range(void *ctx, int64_t b, int64_t e) {
-    const norm_job *j = ctx;
-    const int32_t n = j->n;
-    for (int64_t t = b; t < e; t++) {
-        const float *r = j->x + t * n;
-        float rs = 1.0f / sqrtf(sum_of_squares(r, n) / (float)n + j->eps);
-        for (int32_t i = 0; i < n; i++) j->y[t * n + i] = bf16_round(j->w[i] * (r[i] * rs));
-    }
-}
-
-/* x [T][n], w [n] -> y [T][n] = bf16(w * (x * rsqrt(mean(x^2) + eps))), rows over the pool */
-void rms_norm(const float *x, const float *w, int64_t T, int32_t n, float eps, float *y) {
-    norm_job j = {x, w, n, eps, y};
-    pool_run(T, 8, norm_range, &j);
-}
-
 static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 /* mix [(2+hc)*hc], scale [3], base [(2+hc)*hc] -> pre [hc], post [hc], comb [hc][hc] */
@@ -98,7 +58,7 @@ static void mix_range(void *ctx, int64_t b, int64_t e) {
     const int64_t n = (int64_t)hc * j->c->dim;
     for (int64_t t = b; t < e; t++) {
         float *m = j->mix + t * nmix;
-        float rs = 1.0f / sqrtf(sum_of_squares(j->h + t * n, n) / (float)n + j->c->norm_eps);
+        float rs = 1.0f / sqrtf(rms_sum_squares(j->h + t * n, n) / (float)n + j->c->norm_eps);
         for (int32_t i = 0; i < nmix; i++) m[i] *= rs;
         hc_split_sinkhorn(m, j->scale, j->base, hc, j->c->hc_sinkhorn_iters, j->c->hc_eps, j->pre + t * hc,
                           j->post + t * hc, j->comb + t * hc * hc);

@@ -194,7 +194,7 @@ static void fp4_fake_quant_range(void *ctx, int64_t b, int64_t e) {
  * shared.topk [T][k] of window-offset entry indices (-1: not visible) for the queries q
  * [T][IH][ihd] (idx_wq_b qr) and head weights w [T][IH] (idx_weights_proj x), both rewritten
  * in place (rotated and quantized, scaled). Returns k. */
-int32_t indexer(dsv41_session *s, int32_t l, float *q, float *w, const float *latent, int64_t n_latent, int64_t T,
+int32_t indexer_select(dsv41_session *s, int32_t l, float *q, float *w, const float *latent, int64_t n_latent, int64_t T,
                 int32_t offset) {
     const dsv41_model *m = s->m;
     const config *c = &m->cfg;

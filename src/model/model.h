@@ -272,6 +272,7 @@ const capture *trace_find(const dsv41_trace *tr, const char *name);
 
 /* ---- components (one op per function, shapes above each definition) */
 void rms_norm(const float *x, const float *w, int64_t T, int32_t n, float eps, float *y);
+float rms_sum_squares(const float *x, int64_t n); /* in a fixed order, the same at any n (rms.c) */
 void hc_mixes(const float *h, int64_t T, const config *c, const weight *fn, const float *scale,
               const float *base, float *pre, float *post, float *comb);
 void hc_split_sinkhorn(const float *mix, const float *scale, const float *base, int32_t hc, int32_t iters,
@@ -281,13 +282,13 @@ void hc_post(const float *x, const float *res, const float *post, const float *c
              int32_t dim, float *y);
 void engram_hash(dsv41_session *s, const int32_t *ids, int64_t T, int64_t *out);
 void engram_forward(const dsv41_model *m, int32_t l, const int64_t *hashes, int64_t T, float *h, dsv41_trace *tr);
-void attention(const batch_seq *seq, int32_t count, int32_t l, const float *x, int64_t T, float *out, dsv41_trace *tr);
-int64_t compressor(dsv41_session *s, int32_t l, const float *kv, const float *score, int64_t T, float *latent);
-int32_t indexer(dsv41_session *s, int32_t l, float *q, float *w, const float *latent, int64_t n_latent, int64_t T,
+void attention_forward(const batch_seq *seq, int32_t count, int32_t l, const float *x, int64_t T, float *out, dsv41_trace *tr);
+int64_t compressor_step(dsv41_session *s, int32_t l, const float *kv, const float *score, int64_t T, float *latent);
+int32_t indexer_select(dsv41_session *s, int32_t l, float *q, float *w, const float *latent, int64_t n_latent, int64_t T,
                 int32_t offset);
 void topk_torch_cpu(const float *v, int32_t n, int32_t k, int32_t *out);
 void select_candidate_blocks(const float *score, int64_t T, int32_t width, const int32_t *visible,
                              int32_t topk_blocks, int32_t block, uint8_t *keep);
-void moe(const dsv41_model *m, int32_t l, const float *x, int64_t T, float *y, float *route_w, int32_t *route_idx);
+void moe_forward(const dsv41_model *m, int32_t l, const float *x, int64_t T, float *y, float *route_w, int32_t *route_idx);
 
 #endif

@@ -170,7 +170,7 @@ static void finish_range(void *ctx, int64_t b, int64_t e) {
 /* x [T][dim] -> y [T][dim], route_w [T][k], route_idx [T][k]. Experts run in consecutive groups
  * of at most max(T, 64) picks, so a decode step makes two pool jobs per layer and a prefill's
  * scratch stays a few activations' worth. */
-void moe(const dsv41_model *m, int32_t l, const float *x, int64_t T, float *y, float *route_w, int32_t *route_idx) {
+void moe_forward(const dsv41_model *m, int32_t l, const float *x, int64_t T, float *y, float *route_w, int32_t *route_idx) {
     const config *c = &m->cfg;
     const layer_weights *L = &m->layers[l];
     int32_t k = c->n_activated_experts, E = c->n_routed_experts, dim = c->dim;
