@@ -147,8 +147,13 @@ build/aarch64/test_%: tests/test_%.c tests/testing.h tests/arm64_stubs.c build/a
 build/aarch64:
 	mkdir -p build/aarch64
 
-test: all $(TESTS) $(EXAMPLES)
+test: all $(TESTS) $(EXAMPLES) layers
 	DSV41=./$(PROGRAM) tests/run.sh $(TESTS)
+
+# The layers keep one direction: no library object uses a symbol from a layer above its own, and
+# the modules' graph has no cycle (tools/layers.sh, its table; tests/layers.sh proves it fails).
+layers: $(LIB_OBJ)
+	@tools/layers.sh $(LIB_OBJ)
 
 # Any error report fails the run: UBSan stops at its first finding instead of carrying on.
 SANITIZE_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
@@ -208,4 +213,4 @@ fuzz-smoke: dsv41 fuzz
 clean:
 	rm -rf build dsv41 dsv41-mpi
 
-.PHONY: all test test-mpi sanitize tsan clean fuzz fuzz-smoke install uninstall
+.PHONY: all test layers test-mpi sanitize tsan clean fuzz fuzz-smoke install uninstall
