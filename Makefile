@@ -77,14 +77,20 @@ $(BUILD)/libdsv41.so: $(BUILD)/libdsv41.so.$(VERSION)
 # ---- the HTTP server (`dsv41 serve`): its own folder, linked into the program only; the chat
 # page's files (server/ui/NAME.EXT) are embedded as the arrays ui_NAME_EXT
 SERVER_SRC    = $(wildcard server/*.c)
+SERVER_OBJ    = $(SERVER_SRC:server/%.c=$(BUILD)/server/%.o)
 SERVER_UI     = $(patsubst server/ui/%,$(BUILD)/ui_%.c,$(wildcard server/ui/*))
 SERVER_LDLIBS = -lmicrohttpd
 
 $(BUILD)/ui_%.c: server/ui/% $(BUILD)/embed
 	$(BUILD)/embed $< ui_$(subst .,_,$*) > $@.tmp && mv $@.tmp $@
 
-$(PROGRAM): $(wildcard cli/*.c cli/*.h) $(SERVER_SRC) $(SERVER_UI) $(wildcard server/*.h) $(BUILD)/libdsv41.a
-	$(CC) $(CFLAGS) -Icli $(wildcard cli/*.c) $(SERVER_SRC) $(SERVER_UI) $(BUILD)/libdsv41.a $(LDLIBS) $(CLI_LDLIBS) $(SERVER_LDLIBS) -o $@
+# server/ sees include/ only; cli/ sees server/ too, for `dsv41 serve` (cli/serve.c)
+$(BUILD)/server/%.o: server/%.c $(wildcard server/*.h) include/dsv41.h | $(BUILD)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(PROGRAM): $(wildcard cli/*.c cli/*.h) $(SERVER_OBJ) $(SERVER_UI) $(wildcard server/*.h) $(BUILD)/libdsv41.a
+	$(CC) $(CFLAGS) -Icli -Iserver $(wildcard cli/*.c) $(SERVER_OBJ) $(SERVER_UI) $(BUILD)/libdsv41.a $(LDLIBS) $(CLI_LDLIBS) $(SERVER_LDLIBS) -o $@
 
 # dsv41-mpi: the same program with the model split across MPI ranks (`make dsv41-mpi`, needs
 # mpicc). mpi/main.c starts MPI and runs the command line on rank 0, so the CLI's main is
@@ -92,11 +98,11 @@ $(PROGRAM): $(wildcard cli/*.c cli/*.h) $(SERVER_SRC) $(SERVER_UI) $(wildcard se
 MPICC ?= mpicc
 CLI_SRC = $(wildcard cli/*.c)
 
-$(BUILD)/mpi_cli_%.o: cli/%.c $(wildcard cli/*.h) include/dsv41.h | $(BUILD)
-	$(CC) $(CFLAGS) -Dmain=dsv41_cli_main -c $< -o $@
+$(BUILD)/mpi_cli_%.o: cli/%.c $(wildcard cli/*.h server/*.h) include/dsv41.h | $(BUILD)
+	$(CC) $(CFLAGS) -Iserver -Dmain=dsv41_cli_main -c $< -o $@
 
-dsv41-mpi: mpi/main.c $(CLI_SRC:cli/%.c=$(BUILD)/mpi_cli_%.o) $(SERVER_SRC) $(SERVER_UI) $(wildcard server/*.h) $(BUILD)/libdsv41.a
-	$(MPICC) $(CFLAGS) -Icli mpi/main.c $(CLI_SRC:cli/%.c=$(BUILD)/mpi_cli_%.o) $(SERVER_SRC) $(SERVER_UI) $(BUILD)/libdsv41.a \
+dsv41-mpi: mpi/main.c $(CLI_SRC:cli/%.c=$(BUILD)/mpi_cli_%.o) $(SERVER_OBJ) $(SERVER_UI) $(wildcard server/*.h) $(BUILD)/libdsv41.a
+	$(MPICC) $(CFLAGS) -Icli mpi/main.c $(CLI_SRC:cli/%.c=$(BUILD)/mpi_cli_%.o) $(SERVER_OBJ) $(SERVER_UI) $(BUILD)/libdsv41.a \
 		$(LDLIBS) $(CLI_LDLIBS) $(SERVER_LDLIBS) -o $@
 
 $(BUILD)/test_%: tests/test_%.c tests/testing.h $(BUILD)/libdsv41_internal.a
@@ -174,14 +180,14 @@ test-mpi: dsv41 dsv41-mpi
 # `tests/fuzz/run.sh SECONDS [HARNESS...]` runs them for as long as wanted (README).
 FUZZ_CC      = clang
 FUZZ_SAN     = -fsanitize=address,undefined -fno-sanitize-recover=all
-FUZZ_CFLAGS  = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -ffp-contract=off -Iinclude $(LIB_INC) -g -O1 \
+FUZZ_CFLAGS  = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -ffp-contract=off -Iinclude -g -O1 \
                -fno-omit-frame-pointer $(FUZZ_SAN)
 FUZZ_LIB_OBJ = $(LIB_SRC:src/%.c=build/fuzz/%.o) build/fuzz/tiny_model.o
 FUZZ_TARGETS = $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 
 build/fuzz/%.o: src/%.c $(LIB_HDR) include/dsv41.h | build/fuzz
 	@mkdir -p $(@D)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(LIB_INC) -fsanitize=fuzzer-no-link -c $< -o $@
 
 # the SIMD kernel sets take minutes of CPU to compile under the sanitizers and only ever see
 # shapes the loader checked: they are built uninstrumented here
@@ -194,7 +200,7 @@ build/fuzz/libdsv41.a: $(FUZZ_LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h build/fuzz/libdsv41.a
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< build/fuzz/libdsv41.a $(LDLIBS) -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(LIB_INC) -fsanitize=fuzzer $< build/fuzz/libdsv41.a $(LDLIBS) -o $@
 
 # the server's API layer and its jobs take requests and replies without HTTP or a scheduler
 FUZZ_API_SRC = server/api.c server/jbuf.c server/job.c
