@@ -90,7 +90,7 @@ $(BUILD)/server/%.o: server/%.c $(wildcard server/*.h) include/dsv41.h | $(BUILD
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(PROGRAM): $(wildcard cli/*.c cli/*.h) $(SERVER_OBJ) $(SERVER_UI) $(wildcard server/*.h) $(BUILD)/libdsv41.a
-	$(CC) $(CFLAGS) -Icli -Iserver $(wildcard cli/*.c) $(SERVER_OBJ) $(SERVER_UI) $(BUILD)/libdsv41.a $(LDLIBS) $(CLI_LDLIBS) $(SERVER_LDLIBS) -o $@
+	$(CC) $(CFLAGS) -Icli -iquote server $(wildcard cli/*.c) $(SERVER_OBJ) $(SERVER_UI) $(BUILD)/libdsv41.a $(LDLIBS) $(CLI_LDLIBS) $(SERVER_LDLIBS) -o $@
 
 # dsv41-mpi: the same program with the model split across MPI ranks (`make dsv41-mpi`, needs
 # mpicc). mpi/main.c starts MPI and runs the command line on rank 0, so the CLI's main is
@@ -99,7 +99,7 @@ MPICC ?= mpicc
 CLI_SRC = $(wildcard cli/*.c)
 
 $(BUILD)/mpi_cli_%.o: cli/%.c $(wildcard cli/*.h server/*.h) include/dsv41.h | $(BUILD)
-	$(CC) $(CFLAGS) -Iserver -Dmain=dsv41_cli_main -c $< -o $@
+	$(CC) $(CFLAGS) -iquote server -Dmain=dsv41_cli_main -c $< -o $@
 
 dsv41-mpi: mpi/main.c $(CLI_SRC:cli/%.c=$(BUILD)/mpi_cli_%.o) $(SERVER_OBJ) $(SERVER_UI) $(wildcard server/*.h) $(BUILD)/libdsv41.a
 	$(MPICC) $(CFLAGS) -Icli mpi/main.c $(CLI_SRC:cli/%.c=$(BUILD)/mpi_cli_%.o) $(SERVER_OBJ) $(SERVER_UI) $(BUILD)/libdsv41.a \

@@ -13,13 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "commands.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int fail(const char *what) {
     fprintf(stderr, "dsv41: %s\n", what);

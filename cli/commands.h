@@ -8,7 +8,7 @@
 #include "args.h"
 #include "dsv41.h"
 
-/* What run and chat are asked to do (one table of flags in run.c fills it). */
+/* What run and chat are asked to do (one table of flags in gen.c fills it). */
 typedef struct {
     const char *dir;           /* -m: checkpoint directory, NULL: the built-in model (--ids only) */
     const char *prompt, *file; /* -p TEXT or -f FILE: the user message of run */
@@ -41,7 +41,7 @@ int cmd_render(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int run_text(const gen_opts *o);
 int cmd_chat(int argc, char **argv);
-/* server/serve.c */
+/* serve.c */
 int cmd_serve(int argc, char **argv);
 /* Chooses the kernel set (NULL: $DSV41_KERNELS or the fastest); returns 0, or 2 after a one-line
  * error */

@@ -8,17 +8,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "commands.h"
 
 static double start_s, last_s;
 static const char *phase;
 static int shown;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void progress_clear(void) {
     if (shown) fprintf(stderr, "\r\033[K");

@@ -63,12 +63,6 @@ struct sched {
     double prefill_s, decode_s; /* seconds in steps with a cold prefill, and in the others */
 };
 
-double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* With the lock held: drops one reference. */
 static void unref(job *j) {
     if (--j->refs == 0) job_free(j);

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "dsv41.h"
+#include "clock.h"
 #include "jbuf.h"
 #include "job.h"
 
@@ -54,7 +55,5 @@ void sched_slots_json(sched *s, jbuf *out);
 
 /* Prometheus lines for tokens, speeds, the step's batch, waiting requests and busy slots. */
 void sched_metrics(sched *s, jbuf *out);
-
-double now_s(void);
 
 #endif
