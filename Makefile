@@ -14,7 +14,7 @@ LIB_INC = -Isrc $(LAYERS:%=-Isrc/%)
 LDLIBS  = -lpcre2-8 -lutf8proc -lm -lpthread
 CLI_LDLIBS = -ledit
 # the library is position independent (one set of objects serves the .so and the .a) and
-# exports only what include/dsv41.h declares
+# exports only what include/*.h declare
 LIB_CFLAGS = -fPIC -fvisibility=hidden
 # the objcopy of the compiler's own binutils (a cross compiler's knows its target)
 OBJCOPY ?= $(shell $(CC) -print-prog-name=objcopy)
@@ -34,13 +34,15 @@ MANDIR  = $(PREFIX)/share/man
 # the library's sources: one folder per layer
 LIB_SRC = $(wildcard src/*.c src/*/*.c)
 LIB_HDR = $(wildcard src/*.h src/*/*.h)
+# dsv41.h for embedders, dsv41_dev.h for the developer tools, dsv41_dist.h for the transport
+PUB_HDR = include/dsv41.h include/dsv41_dev.h include/dsv41_dist.h
 LIB_OBJ = $(LIB_SRC:src/%.c=$(BUILD)/%.o) $(BUILD)/tiny_model.o
 TESTS   = $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 EXAMPLES = $(patsubst examples/%.c,$(BUILD)/example_%,$(wildcard examples/*.c))
 
 all: $(PROGRAM) $(BUILD)/libdsv41.so $(BUILD)/libdsv41.a
 
-$(BUILD)/%.o: src/%.c $(LIB_HDR) include/dsv41.h | $(BUILD)
+$(BUILD)/%.o: src/%.c $(LIB_HDR) $(PUB_HDR) | $(BUILD)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LIB_INC) $(LIB_CFLAGS) -c $< -o $@
 
@@ -85,7 +87,7 @@ $(BUILD)/ui_%.c: server/ui/% $(BUILD)/embed
 	$(BUILD)/embed $< ui_$(subst .,_,$*) > $@.tmp && mv $@.tmp $@
 
 # server/ sees include/ only; cli/ sees server/ too, for `dsv41 serve` (cli/serve.c)
-$(BUILD)/server/%.o: server/%.c $(wildcard server/*.h) include/dsv41.h | $(BUILD)
+$(BUILD)/server/%.o: server/%.c $(wildcard server/*.h) $(PUB_HDR) | $(BUILD)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -98,7 +100,7 @@ $(PROGRAM): $(wildcard cli/*.c cli/*.h) $(SERVER_OBJ) $(SERVER_UI) $(wildcard se
 MPICC ?= mpicc
 CLI_SRC = $(wildcard cli/*.c)
 
-$(BUILD)/mpi_cli_%.o: cli/%.c $(wildcard cli/*.h server/*.h) include/dsv41.h | $(BUILD)
+$(BUILD)/mpi_cli_%.o: cli/%.c $(wildcard cli/*.h server/*.h) $(PUB_HDR) | $(BUILD)
 	$(CC) $(CFLAGS) -iquote server -Dmain=dsv41_cli_main -c $< -o $@
 
 dsv41-mpi: mpi/main.c $(CLI_SRC:cli/%.c=$(BUILD)/mpi_cli_%.o) $(SERVER_OBJ) $(SERVER_UI) $(wildcard server/*.h) $(BUILD)/libdsv41.a
@@ -118,13 +120,13 @@ install: all
 	install -m 755 $(BUILD)/libdsv41.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libdsv41.so.$(VERSION)
 	ln -sf libdsv41.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libdsv41.so
-	install -m 644 include/dsv41.h $(DESTDIR)$(INCDIR)/dsv41.h
+	install -m 644 $(PUB_HDR) $(DESTDIR)$(INCDIR)/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' dsv41.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/dsv41.pc
 	install -m 644 docs/dsv41.1 $(DESTDIR)$(MANDIR)/man1/dsv41.1
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/dsv41 $(DESTDIR)$(LIBDIR)/libdsv41.a $(DESTDIR)$(LIBDIR)/libdsv41.so.$(VERSION) \
-	      $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libdsv41.so $(DESTDIR)$(INCDIR)/dsv41.h \
+	      $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libdsv41.so $(PUB_HDR:include/%=$(DESTDIR)$(INCDIR)/%) \
 	      $(DESTDIR)$(LIBDIR)/pkgconfig/dsv41.pc $(DESTDIR)$(MANDIR)/man1/dsv41.1
 
 $(BUILD):
@@ -137,7 +139,7 @@ ARM_CC  = aarch64-linux-gnu-gcc
 ARM_AR  = aarch64-linux-gnu-ar
 ARM_OBJ = $(LIB_SRC:src/%.c=build/aarch64/%.o) build/aarch64/tiny_model.o
 
-build/aarch64/%.o: src/%.c $(LIB_HDR) include/dsv41.h | build/aarch64
+build/aarch64/%.o: src/%.c $(LIB_HDR) $(PUB_HDR) | build/aarch64
 	@mkdir -p $(@D)
 	$(ARM_CC) $(CFLAGS) $(LIB_INC) -c $< -o $@
 
@@ -185,7 +187,7 @@ FUZZ_CFLAGS  = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -ffp-contract=off -I
 FUZZ_LIB_OBJ = $(LIB_SRC:src/%.c=build/fuzz/%.o) build/fuzz/tiny_model.o
 FUZZ_TARGETS = $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 
-build/fuzz/%.o: src/%.c $(LIB_HDR) include/dsv41.h | build/fuzz
+build/fuzz/%.o: src/%.c $(LIB_HDR) $(PUB_HDR) | build/fuzz
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(LIB_INC) -fsanitize=fuzzer-no-link -c $< -o $@
 

@@ -7,6 +7,7 @@
 
 #include "args.h"
 #include "dsv41.h"
+#include "dsv41_dev.h"
 
 /* What run and chat are asked to do (one table of flags in gen.c fills it). */
 typedef struct {

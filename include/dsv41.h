@@ -1,4 +1,7 @@
-/* dsv41.h - the DeepSeek-V4.1 inference library: the one public header.
+/* dsv41.h - the DeepSeek-V4.1 inference library: the one header a program that embeds it
+ * includes. The developer tools (traces, goldens, convert, synth, bench, describe) are declared
+ * in dsv41_dev.h and the transport of a model split across ranks in dsv41_dist.h; the same
+ * library defines all three.
  *
  * A model holds a config and its weights; a session is one sequence's state (caches, rings,
  * the shared slots) and advances by forward calls: a prefill of n >= 1 tokens at position 0,
@@ -35,7 +38,6 @@ extern "C" {
 typedef struct dsv41_model dsv41_model;
 typedef struct dsv41_session dsv41_session;
 typedef struct dsv41_trace dsv41_trace;
-typedef struct dsv41_golden dsv41_golden;
 
 /* The last error of this thread, one line without a newline. */
 const char *dsv41_error(void);
@@ -66,17 +68,11 @@ int32_t dsv41_kernel_sets(const char **names, int32_t cap);
 /* ---- models */
 /* The built-in tiny model: the golden fixture's geometry with filler weights (no files). */
 dsv41_model *dsv41_model_builtin(void);
-/* The model a golden file describes: its fixture config and weights_meta filler weights. */
-dsv41_model *dsv41_model_from_golden(const dsv41_golden *g);
 /* A checkpoint directory in the release layout: config.json, model.safetensors.index.json and
  * its shards (or one model.safetensors), engram_token_map.json when the model has Engram
  * layers. Tensors are memory-mapped and used in place. */
 dsv41_model *dsv41_model_load(const char *dir);
 void dsv41_model_free(dsv41_model *m);
-/* Prints the config, the layer roles, tensor counts and bytes per storage dtype, a loaded
- * checkpoint's tensor, shard and byte counts (and how many tensors the text pass leaves unread),
- * and the bytes of weights one decoded token reads. */
-void dsv41_model_describe(const dsv41_model *m, FILE *out);
 int32_t dsv41_model_vocab_size(const dsv41_model *m);
 int32_t dsv41_model_max_seq_len(const dsv41_model *m);
 
@@ -140,40 +136,6 @@ void dsv41_session_set_progress(dsv41_session *s, void (*fn)(void *ctx, int32_t 
  * effect, and neither has one on a model split over ranks (its ranks run every call in step). */
 void dsv41_session_cancel(dsv41_session *s);
 
-/* ---- benchmark: decode and prefill speed against the machine's triad bandwidth and FMA peak,
- * measured in the same run, at 1 thread and at `threads` (<= 0: one per core). parallel > 0
- * also measures the decode of that many sessions batched by dsv41_batch_forward, at `threads`,
- * beside the one-session decode (tokens of all the streams per second, and the ratio). json != 0
- * prints one JSON object instead of the table. */
-int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, int json, FILE *out);
-
-/* ---- distribution: one model split across the ranks of a job (expert parallel)
- *
- * With a transport set (dsv41-mpi sets one over MPI), rank 0 leads: every model it loads,
- * session it opens or frees and forward it runs is repeated by the other ranks, which sit in
- * dsv41_follow() until rank 0 calls dsv41_dist_end(). A model loaded this way keeps only its
- * rank's share of the routed experts, Engram table rows and head rows in use; attention, the
- * dense projections and the shared expert run on every rank. Results are bit-identical to one
- * process: partial outputs travel whole and are added in the single process's order. */
-typedef struct {
-    int32_t rank, n_ranks;  /* this process, of n_ranks >= 1 */
-    void *ctx;              /* passed to the calls below */
-    /* In place: buf holds every rank's part end to end in rank order (counts [n_ranks] bytes);
-     * on entry this rank's part is filled, on return all are. */
-    void (*allgather)(void *ctx, void *buf, const int64_t *counts);
-    /* n bytes of rank 0's buf to every rank. */
-    void (*broadcast)(void *ctx, void *buf, int64_t n);
-    /* Ends the whole job after printing msg (one line) for this rank. Never returns. The calls
-     * above do the same when the transport fails: a rank cannot leave a collective half done. */
-    void (*fail)(void *ctx, const char *msg);
-} dsv41_dist;
-/* Sets the transport for models loaded from now on (before any model is loaded). */
-int dsv41_set_dist(const dsv41_dist *d);
-/* Ranks other than 0: repeats rank 0's calls until it calls dsv41_dist_end; returns its status. */
-int32_t dsv41_follow(void);
-/* Rank 0: releases the followers, which return status from dsv41_follow. */
-void dsv41_dist_end(int32_t status);
-
 /* ---- sampling */
 typedef struct {
     float temperature;  /* 0: greedy */
@@ -213,37 +175,6 @@ float dsv41_logprob(const float *logits, int32_t vocab_size, int32_t id);
  * NULL) gets how many trailing bytes could still begin a stop string (0 once one occurred): a
  * stream sends text[0, len - held) and holds the rest back until a later piece decides. */
 int64_t dsv41_stop_find(const char *text, size_t len, size_t prev, const char *const *stops, int32_t n, size_t *held);
-
-/* ---- traces */
-dsv41_trace *dsv41_trace_new(void);
-void dsv41_trace_free(dsv41_trace *t);
-void dsv41_trace_clear(dsv41_trace *t);
-
-/* ---- golden files (format: GOLDEN.md) */
-dsv41_golden *dsv41_golden_load(const char *path);
-void dsv41_golden_free(dsv41_golden *g);
-/* Runs every regime of g in order on fresh sessions of m (one per batch row) and compares
- * every capture against the golden's bars. Writes one line per failing capture to report.
- * Returns 0 with the counts filled, or -1 when the golden is malformed or disagrees with m. */
-int dsv41_golden_check(const dsv41_golden *g, const dsv41_model *m, FILE *report, int32_t *passed, int32_t *failed);
-/* Writes the golden's fixture model as a checkpoint directory in the release layout. dtype
- * "bf16" keeps every value the filler's; "fp8" stores dense weights as e4m3 with 32x32 e8m0
- * scales and routed experts as packed e2m1 with per-32 e8m0 scales, as the release does. The
- * directory appears whole (written under a temporary name, synced, then renamed) or not at
- * all. Tensors are written one at a time, so memory stays near the largest tensor. cancel, when
- * not NULL, is polled between tensors (a signal handler may set it): once non-zero, the
- * temporary directory is removed and -1 returned with "convert: cancelled". */
-int dsv41_convert_golden(const dsv41_golden *g, const char *dtype, const char *out_dir, const volatile sig_atomic_t *cancel);
-/* Writes a checkpoint of any geometry with filler weights (the golden generator's naming rule)
- * in the release formats, as dsv41_convert_golden does. config_path is a fixture-shaped JSON
- * config such as models/tiny.json. */
-int dsv41_synth(const char *config_path, const char *dtype, const char *out_dir, const volatile sig_atomic_t *cancel);
-/* Writes the layout of the release checkpoint that config_path (a release config.json, served or
- * flat form, copied verbatim) describes: every tensor with its real name, dtype and shape, in
- * n_shards shards with the Engram tables last, and every data region a hole of a sparse file
- * (nothing is written there, so the weights read as zeros and take no disk). The Engram token
- * map is a placeholder. Written under a temporary name and renamed, like dsv41_synth. */
-int dsv41_synth_skeleton(const char *config_path, int32_t n_shards, const char *out_dir);
 
 /* ---- tokenizer: byte-level BPE read from a Hugging Face tokenizer.json */
 typedef struct dsv41_tokenizer dsv41_tokenizer;

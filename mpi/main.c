@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dsv41.h"
+#include "dsv41_dist.h"
 
 int dsv41_cli_main(int argc, char **argv);
 

@@ -11,7 +11,7 @@ if [ "$dsv41" != ./dsv41 ]; then echo "not run on a sanitizer build"; finish; ex
 p="$tmp/prefix"
 want=$(./dsv41 run --ids 2,17,47 -n 16 2>/dev/null)
 MAKEFLAGS= make -s install PREFIX="$p" >"$tmp/log" 2>&1 || { bad "make install: $(tail -n 3 "$tmp/log")"; finish; exit 1; }
-for f in bin/dsv41 lib/libdsv41.a lib/libdsv41.so lib/libdsv41.so.0 include/dsv41.h lib/pkgconfig/dsv41.pc share/man/man1/dsv41.1; do
+for f in bin/dsv41 lib/libdsv41.a lib/libdsv41.so lib/libdsv41.so.0 include/dsv41.h include/dsv41_dev.h include/dsv41_dist.h lib/pkgconfig/dsv41.pc share/man/man1/dsv41.1; do
     [ -e "$p/$f" ] && ok || bad "not installed: $f"
 done
 ver=$(sed -n 's/^#define DSV41_VERSION "\(.*\)"/\1/p' include/dsv41.h)

@@ -8,7 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "dsv41.h"
+#include "dsv41_dev.h"
 
 /* The sanitizer builds (make sanitize, make tsan): ASan's allocator keeps resident bookkeeping of
  * its own, and every sanitizer runs code several times slower, so the checks of memory and time

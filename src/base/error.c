@@ -3,8 +3,9 @@
  * Thread-local, so two application threads calling the library each read their own line. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
-#include "dsv41.h"
+#include "dsv41_dev.h"
 #include "error.h"
 
 static _Thread_local char error_buf[512];
@@ -18,3 +19,8 @@ int set_error(const char *fmt, ...) {
 }
 
 const char *dsv41_error(void) { return error_buf; }
+
+void dsv41_assert_fail(const char *cond, const char *file, int line) {
+    fprintf(stderr, "dsv41: %s:%d: assertion failed: %s\n", file, line, cond);
+    abort();
+}

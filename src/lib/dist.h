@@ -4,8 +4,8 @@
  * the other ranks, which repeat them (dsv41_follow); the leader's hooks (runtime/lead.h) are
  * how those calls, low in the library, reach this file. The exchanges inside a forward are
  * model/collective.h. */
-#ifndef DSV41_DIST_H
-#define DSV41_DIST_H
+#ifndef DSV41_LIB_DIST_H
+#define DSV41_LIB_DIST_H
 
 #include "model.h"
 

@@ -12,6 +12,8 @@
 #include <stdint.h>
 
 #include "dsv41.h"
+#include "dsv41_dev.h"
+#include "dsv41_dist.h"
 #include "error.h"
 #include "progress.h"
 

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dsv41.h"
+#include "dsv41_dev.h"
 
 /* A folder of this process's own, made once (in /dev/shm when there is one: the harnesses
  * write a file per input). */
