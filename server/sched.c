@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "dsv41_dev.h"
 #include "sched.h"
 
 typedef struct {
@@ -45,6 +46,9 @@ struct sched {
     job *head, *tail;          /* waiting requests, oldest first */
     int32_t n_waiting, max_waiting;
     pthread_mutex_t mu;        /* guards the queue, every job's progress, slot->job and ->held, the counters */
+    pthread_t mu_owner;        /* the thread holding mu, while mu_held (for the assertions) */
+    int mu_held;               /* written by mu's holder only */
+    pthread_t runner;          /* the scheduler thread, which alone changes slot->job and ->started */
     pthread_cond_t wake;       /* a request arrived, a slot action ended, or stop */
     pthread_t thread;
     int stopping;
@@ -68,16 +72,36 @@ static void unref(job *j) {
     if (--j->refs == 0) job_free(j);
 }
 
-void sched_lock(sched *s) { pthread_mutex_lock(&s->mu); }
-void sched_unlock(sched *s) { pthread_mutex_unlock(&s->mu); }
+/* The lock records its owner, so that the functions that need it held can assert it; a wait
+ * on a condition gives the lock up meanwhile, so the owner is written again when it returns. */
+static void own_lock(sched *s) {
+    s->mu_owner = pthread_self();
+    s->mu_held = 1;
+}
+static inline int holds_lock(const sched *s) { return s->mu_held && pthread_equal(s->mu_owner, pthread_self()); }
+static inline int on_runner(const sched *s) { return pthread_equal(s->runner, pthread_self()); }
+
+void sched_lock(sched *s) {
+    pthread_mutex_lock(&s->mu);
+    own_lock(s);
+}
+
+void sched_unlock(sched *s) {
+    DSV41_ASSERT(holds_lock(s));
+    s->mu_held = 0;
+    pthread_mutex_unlock(&s->mu);
+}
 
 void sched_wait(sched *s, job *j, int ms) {
+    DSV41_ASSERT(holds_lock(s));
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_nsec += (long)ms * 1000000L;
     ts.tv_sec += ts.tv_nsec / 1000000000L;
     ts.tv_nsec %= 1000000000L;
+    s->mu_held = 0;
     pthread_cond_timedwait(&j->changed, &s->mu, &ts);
+    own_lock(s);
 }
 
 int sched_submit(sched *s, job *j) {
@@ -105,7 +129,8 @@ void sched_release(sched *s, job *j) {
 }
 
 /* With the lock held: ends the slot's job and frees the slot. */
-static void finish(slot *sl, job_end end, const char *error) {
+static void finish(sched *s, slot *sl, job_end end, const char *error) {
+    DSV41_ASSERT(holds_lock(s) && on_runner(s));
     job *j = sl->job;
     if (sl->utf8.n > 0 && end != END_CANCEL) jb_put(&j->text, "\xEF\xBF\xBD", 3); /* a cut character */
     j->committed = j->text.n;
@@ -148,6 +173,7 @@ static int source(const sched *s, const slot *sl, const job *j, int32_t *k) {
  * names, else to the free slot that covers most of its prompt, else the least recently used
  * one. A job naming a busy slot waits for it and lets later jobs pass. */
 static void assign(sched *s) {
+    DSV41_ASSERT(holds_lock(s));
     job *prev = NULL;
     for (job *j = s->head, *next; j; j = next) {
         next = j->next;
@@ -182,6 +208,7 @@ static void assign(sched *s) {
  * a repeated prompt should restore. Else the least recently used snapshot is replaced. A
  * snapshot that cannot be made is none. */
 static void keep_snapshot(sched *s, slot *sl, int cold) {
+    DSV41_ASSERT(sl->held || on_runner(s)); /* the slot's owner: a slot action, or the scheduler */
     if (!s->n_snaps) return;
     int32_t n;
     const int32_t *t = dsv41_session_tokens(sl->session, &n);
@@ -258,7 +285,7 @@ static int sample_next(sched *s, slot *sl) {
     s->gen_tokens += id != s->eos;
     pthread_cond_broadcast(&j->changed);
     int more = !stop && j->n_gen < j->max_tokens && dsv41_session_pos(sl->session) + 1 < s->ctx;
-    if (!more) finish(sl, stop < 0 ? END_ERROR : stop ? END_STOP : END_LENGTH, stop < 0 ? "out of memory" : NULL);
+    if (!more) finish(s, sl, stop < 0 ? END_ERROR : stop ? END_STOP : END_LENGTH, stop < 0 ? "out of memory" : NULL);
     sched_unlock(s);
     sl->next = id;
     return more;
@@ -280,7 +307,7 @@ static void batch_step(sched *s, int32_t count, int32_t cold, int32_t cold_n, in
     for (int32_t i = 0; i < count; i++) {
         slot *sl = s->b_slot[i];
         sl->n_tokens = dsv41_session_pos(sl->session);
-        if (err) finish(sl, END_ERROR, err);
+        if (err) finish(s, sl, END_ERROR, err);
     }
     s->steps++;
     s->last_batch = count;
@@ -322,8 +349,8 @@ static void prefill_alone(sched *s, slot *sl) {
     else keep_snapshot(s, sl, 1);
     sched_lock(s);
     sl->n_tokens = dsv41_session_pos(sl->session);
-    if (err && atomic_load(&j->cancel)) finish(sl, END_CANCEL, NULL);
-    else if (err) finish(sl, END_ERROR, err);
+    if (err && atomic_load(&j->cancel)) finish(s, sl, END_CANCEL, NULL);
+    else if (err) finish(s, sl, END_ERROR, err);
     s->steps++;
     if (!err) {
         s->batched_tokens += (uint64_t)j->n_prompt;
@@ -339,6 +366,7 @@ static void prefill_alone(sched *s, slot *sl) {
  * so a running stream waits at most one prefill per token. Then the slots whose prompt just
  * went in keep a snapshot. */
 static void step(sched *s) {
+    DSV41_ASSERT(on_runner(s) && !holds_lock(s));
     int32_t count = 0, cold = -1, cold_n = 0, prompt_tokens = 0, sampled = 0;
     /* slot->job changes only on this thread, so it is read here without the lock */
     for (int32_t i = 0; i < s->n_slots; i++) {
@@ -347,13 +375,13 @@ static void step(sched *s) {
         const char *err = NULL;
         if (atomic_load(&sl->job->cancel)) {
             sched_lock(s);
-            finish(sl, END_CANCEL, NULL);
+            finish(s, sl, END_CANCEL, NULL);
             sched_unlock(s);
             continue;
         }
         if (!sl->started && (err = start(s, sl))) {
             sched_lock(s);
-            finish(sl, END_ERROR, err);
+            finish(s, sl, END_ERROR, err);
             sched_unlock(s);
             continue;
         }
@@ -384,6 +412,7 @@ static void step(sched *s) {
 
 static void *run(void *arg) {
     sched *s = arg;
+    s->runner = pthread_self(); /* before its first lock: every other thread reads it after one */
     sched_lock(s);
     for (;;) {
         assign(s);
@@ -391,7 +420,9 @@ static void *run(void *arg) {
         for (int32_t i = 0; i < s->n_slots; i++) busy |= s->slots[i].job != NULL;
         if (!busy) {
             if (s->stopping) break;
+            s->mu_held = 0;
             pthread_cond_wait(&s->wake, &s->mu);
+            own_lock(s);
             continue;
         }
         sched_unlock(s);

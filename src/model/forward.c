@@ -91,6 +91,17 @@ static void block(const batch_seq *seq, int32_t count, int32_t l, int64_t T, con
  * calls in step, so there a request is never taken. */
 static int cancelled(dsv41_session *s) { return s->m->part.n_ranks == 1 && atomic_exchange(&s->cancel, 0); }
 
+/* What dsv41_batch_forward checks before any session changes, and forward() keeps: the
+ * sessions are distinct, each a prefill at position 0 or one token after it. */
+static inline int batch_valid(const batch_seq *seq, int32_t count) {
+    for (int32_t i = 0; i < count; i++) {
+        if (seq[i].s->pos > 0 && seq[i].T != 1) return 0;
+        for (int32_t k = 0; k < i; k++)
+            if (seq[k].s == seq[i].s) return 0;
+    }
+    return 1;
+}
+
 /* One call of the reference for every session of seq: a prefill (pos 0, any n) or one decode
  * token each, their rows end to end (T in all). logits[i] (or NULL) gets session i's last
  * token's [vocab], or with `all` every token's [n][vocab]. A single session's prefill polls the
@@ -98,6 +109,7 @@ static int cancelled(dsv41_session *s) { return s->m->part.n_ranks == 1 && atomi
  * one-token call after it runs whole (stopping inside it would leave its layers out of step). */
 static int forward_rows(const batch_seq *seq, int32_t count, int64_t T, const int32_t *const *ids,
                         float *const *logits, int all, dsv41_trace *tr) {
+    DSV41_ASSERT(batch_valid(seq, count));
     const dsv41_model *m = seq[0].s->m;
     const config *c = &m->cfg;
     int32_t hc = c->hc_mult, dim = c->dim, cols = engram_cols(c), ne = c->n_engram ? c->n_engram : 1;

@@ -1,4 +1,5 @@
 /* scratch.c - the per-thread bump arena (see scratch.h). */
+#include "dsv41_dev.h"
 #include "scratch.h"
 
 #include <pthread.h>
@@ -34,7 +35,12 @@ static void make_owner(void) { pthread_key_create(&owner, release_blocks); }
 
 scratch_mark scratch_begin(void) { return top; }
 
-void scratch_end(scratch_mark mark) { top = mark; }
+/* Marks are restored in the reverse order they were taken: an inner function's end comes
+ * before its caller's, so a mark never lies above the top it resets. */
+void scratch_end(scratch_mark mark) {
+    DSV41_ASSERT(mark.block < top.block || (mark.block == top.block && mark.used <= top.used));
+    top = mark;
+}
 
 void *scratch_bytes(size_t n) {
     n = (n + 63) & ~(size_t)63;
