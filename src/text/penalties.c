@@ -1,4 +1,4 @@
-/* penalties.c - the sampler's defaults and the penalties on recently seen tokens.
+/* penalties.c - the penalties on recently seen tokens.
  *
  * The penalties are a step of their own before dsv41_sample: they only need the logits and
  * the token history, and kept apart they leave the sampler a pure function of its logits.
@@ -8,12 +8,6 @@
 #include <stdlib.h>
 
 #include "model.h"
-
-dsv41_sampler_params dsv41_sampler_params_default(void) {
-    return (dsv41_sampler_params){.temperature = 0.6f, .top_k = 0, .top_p = 0.95f, .min_p = 0.0f, .seed = 0,
-                                  .repeat_penalty = 1.0f, .presence_penalty = 0.0f, .frequency_penalty = 0.0f,
-                                  .penalty_last_n = 64};
-}
 
 static int by_id(const void *a, const void *b) {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;

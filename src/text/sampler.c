@@ -61,6 +61,12 @@ void dsv41_sampler_free(dsv41_sampler *s) {
 uint64_t dsv41_sampler_state(const dsv41_sampler *s) { return s->state; }
 void dsv41_sampler_set_state(dsv41_sampler *s, uint64_t state) { s->state = state; }
 
+dsv41_sampler_params dsv41_sampler_params_default(void) {
+    return (dsv41_sampler_params){.temperature = 0.6f, .top_k = 0, .top_p = 0.95f, .min_p = 0.0f, .seed = 0,
+                                  .repeat_penalty = 1.0f, .presence_penalty = 0.0f, .frequency_penalty = 0.0f,
+                                  .penalty_last_n = 64};
+}
+
 dsv41_sampler *dsv41_sampler_new(const dsv41_sampler_params *p, int32_t vocab) {
     if (!(p->temperature >= 0) || !(p->top_p > 0 && p->top_p <= 1) || !(p->min_p >= 0 && p->min_p <= 1) || p->top_k < 0) {
         set_error("sampler: temperature >= 0, 0 < top_p <= 1, 0 <= min_p <= 1 and top_k >= 0 are required");
