@@ -12,6 +12,7 @@
 
 #include "loader.h"
 #include "safetensors.h"
+#include "tokenizer.h"
 
 /* Parts of a release checkpoint that the text forward pass does not use, accepted as they are:
  * the DSpark draft blocks, the vision tower, its aligner and the image marker embeddings, and

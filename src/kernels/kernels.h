@@ -15,7 +15,7 @@
 #ifndef DSV41_KERNELS_H
 #define DSV41_KERNELS_H
 
-#include "model.h"
+#include "weight.h"
 
 typedef void (*rows_fn)(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
                         int64_t xstride, float *y, int64_t ystride);

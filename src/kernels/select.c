@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dsv41.h"
+#include "error.h"
 #include "kernels.h"
 
 #if defined(__x86_64__)

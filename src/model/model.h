@@ -16,6 +16,7 @@
 #include "dsv41_dist.h"
 #include "error.h"
 #include "progress.h"
+#include "weight.h"
 
 #define MAX_LAYERS 128      /* capacity of the per-layer role arrays, not a model dimension */
 #define MAX_ENGRAM 8        /* capacity: engram layers */
@@ -75,49 +76,10 @@ int config_from_checkpoint(config *c, const struct dsv41_json *root);
 int config_set_token_map(config *c, const int64_t *token_map);
 void config_free(config *c);
 
-/* ---- weights: a matrix in its storage format, never widened in memory */
-typedef enum { DT_F32, DT_BF16, DT_E4M3, DT_E8M0, DT_FP4 } dtype;
-
-/* How the release computes with a weight: by its storage dtype, or as the loader converted it
- * (model.py holds the head and the ratio-2 compressor in f32 and dequantizes wo_a to bf16). */
-typedef enum { AS_STORED, AS_F32, AS_BF16 } weight_mode;
-
-typedef struct {
-    dtype type;
-    weight_mode mode;
-    int64_t rows, cols;       /* [out][in], as torch stores it */
-    const void *data;         /* row-major elements; DT_FP4 packs two per byte, low nibble first */
-    const uint8_t *scale;     /* e8m0 block scales for E4M3/FP4, NULL otherwise */
-    int32_t scale_rows;       /* rows per scale block: 32 for dense 32x32 tiles, 1 for per-row */
-} weight;
-
-/* F.linear as the release dispatches it: y[t][o] = x[t] . W[o]. An f32 (or AS_F32) weight gives
- * an f32 result; fp8 / fp4 weights act-quantize x and sum per 32-block; everything else is a
- * bf16 GEMM with a bf16 result. */
-void linear(const weight *w, const float *x, int64_t T, float *y);
-/* One projection of a batch: y [T][n] = x (rows xstride apart) times rows [row0, row0+n) of W. */
-typedef struct {
-    const weight *w;
-    int64_t row0, n;
-    const float *x;
-    int64_t T, xstride;
-    float *y;
-} linear_item;
-/* Every item's projection, as linear() computes it, in one job for the thread pool. */
-void linear_batch(const linear_item *items, int32_t n);
-/* Multiply-adds done by linear() so far, all threads (for FLOP rates). */
-uint64_t linear_macs(void);
 /* Bytes of weights one decoded token reads (dense matrices, active experts, rows); the part
  * variant: what this rank reads on average, with its shares of experts, table rows and head. */
 size_t model_decode_bytes(const dsv41_model *m);
 double part_decode_bytes(const dsv41_model *m);
-/* Bytes of w's elements and its block scales. */
-size_t weight_bytes(const weight *w);
-/* Element (r, c) of w as f32 (embedding rows, table gathers). */
-float weight_get(const weight *w, int64_t r, int64_t c);
-/* The same without its block scale, and the e8m0 scale of row r's 32-block b. */
-float weight_raw(const weight *w, int64_t r, int64_t c);
-float weight_block_scale(const weight *w, int64_t r, int64_t b);
 
 typedef struct {
     weight hc_attn_fn, hc_ffn_fn;           /* [(2+hc)*hc][hc*dim] f32 */
@@ -247,10 +209,6 @@ int32_t slot_layer(const dsv41_session *s, const float *p, int index_keys);
 uint64_t checksum64(const void *p, size_t n);
 /* Grows the malloc'd *buf (capacity *cap bytes) to hold n bytes; its contents stay. 0 or -1. */
 int buffer_grow(void **buf, size_t *cap, size_t n);
-
-/* The Engram compressed token map of a tokenizer: map [vocab]; returns the number of distinct
- * compressed ids, or -1. */
-int64_t engram_token_map(const dsv41_tokenizer *t, int32_t vocab, int64_t *map);
 
 /* ---- traces: named captures of the golden's intermediates */
 typedef struct {

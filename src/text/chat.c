@@ -23,9 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dsv41.h"
+#include "error.h"
 #include "json.h"
 #include "tokenizer.h"
-#include "model.h"
 
 #define BOS "<｜begin▁of▁sentence｜>"
 #define EOS "<｜end▁of▁sentence｜>"

@@ -4,7 +4,8 @@
  * vocabulary loses nothing to the order of the sum. */
 #include <math.h>
 
-#include "model.h"
+#include "dsv41.h"
+#include "error.h"
 
 float dsv41_logprob(const float *logits, int32_t vocab, int32_t id) {
     if (id < 0 || id >= vocab) return -INFINITY;

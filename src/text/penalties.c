@@ -7,7 +7,8 @@
  * frequency). Each seen id is adjusted once, whatever order the history has. */
 #include <stdlib.h>
 
-#include "model.h"
+#include "dsv41.h"
+#include "error.h"
 
 static int by_id(const void *a, const void *b) {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;

@@ -22,7 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
+#include "dsv41.h"
+#include "error.h"
 #include "numerics.h"
 
 enum {

@@ -26,8 +26,9 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "dsv41.h"
+#include "error.h"
 #include "json.h"
-#include "model.h"
 #include "tokenizer.h"
 
 #define MAX_SPLITS 8            /* capacity: Split steps in one pre-tokenizer */

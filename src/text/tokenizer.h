@@ -17,5 +17,8 @@ int tokenizer_set_ends(dsv41_tokenizer *t, int32_t bos, int32_t eos);
  * point past U+10FFFF, a surrogate written as UTF-8, a cut character), with why naming the
  * kind (" (...)" or ""); n when all of it is valid. */
 size_t utf8_invalid_at(const char *text, size_t n, const char **why);
+/* The Engram (tokenmap.c) compressed token map of a tokenizer: map [vocab]; returns the number of distinct
+ * compressed ids, or -1. */
+int64_t engram_token_map(const dsv41_tokenizer *t, int32_t vocab, int64_t *map);
 
 #endif

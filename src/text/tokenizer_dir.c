@@ -9,8 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dsv41.h"
+#include "error.h"
 #include "json.h"
-#include "model.h"
 #include "tokenizer.h"
 
 /* An id member of o: -2 when absent, -1 for null, else the id (or -3 when not an integer). */

@@ -9,7 +9,9 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#include "model.h"
+#include "dsv41.h"
+#include "error.h"
+#include "tokenizer.h"
 
 typedef struct {
     char *s;
