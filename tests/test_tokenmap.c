@@ -7,6 +7,7 @@
 
 #include "model.h"
 #include "testing.h"
+#include "tokenizer.h"
 
 int main(void) {
     char tok[1024], added[1024];
