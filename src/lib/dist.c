@@ -237,6 +237,7 @@ void dsv41_dist_end(int32_t status) {
     if (leading()) tell((dist_op){.op = OP_END, .n = status});
 }
 
+/* ---- the benchmark's per-rank figures */
 static void report(const dsv41_model *m, int32_t measure, rank_report *all) {
     scratch_mark mark = scratch_begin();
     int64_t *counts = scratch_i64(collective_net.n_ranks);
