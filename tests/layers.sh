@@ -6,8 +6,7 @@
 . "$(dirname "$0")/lib.sh"
 # the objects of the build under test: ./dsv41 is build/'s, a sanitizer's program sits in its build
 build=$(dirname "$dsv41"); [ "$build" = . ] && build=build
-objs=$(find "$build" -mindepth 2 -maxdepth 2 -name '*.o')
-if [ -z "$objs" ]; then bad "no objects under $build"; finish; exit; fi
+if ! ls "$build"/*/*.o >/dev/null 2>&1; then bad "no objects under $build"; finish; exit; fi
 CC=${CC:-cc}
 
 # case NAME WANT (pass or a line the failure prints) DIR: runs the check on DIR's objects
@@ -19,8 +18,11 @@ case_() {
     else bad "$1: rc=$rc, wanted a failure naming '$2': $(printf '%s\n' "$out" | head -n 3)"; fi
 }
 
-copy() { # copy DIR: the build's library objects, each in its layer's folder
-    for o in $objs; do mkdir -p "$1/$(basename "$(dirname "$o")")" && cp "$o" "$1/$(basename "$(dirname "$o")")/"; done
+copy() { # copy DIR: the build's objects, each folder's in a folder of that name
+    for d in "$build"/*/; do
+        ls "$d"*.o >/dev/null 2>&1 || continue
+        mkdir -p "$1/$(basename "$d")" && cp "$d"*.o "$1/$(basename "$d")/"
+    done
 }
 
 case_ "the library's objects" pass "$build"

@@ -25,18 +25,19 @@ tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 
 printf '%s\n' "$TABLE" | awk 'NF' >"$tmp/table"
-: >"$tmp/defs"; : >"$tmp/uses"
-n=0
-for o in "$@"; do
-    layer=$(basename "$(dirname "$o")")
-    awk -v l="$layer" '$1 == l {found = 1} END {exit !found}' "$tmp/table" || continue
-    m=$layer/$(basename "$o" .o)
-    n=$((n + 1))
-    $NM -g --defined-only "$o" >"$tmp/nm" || exit 1
-    awk -v m="$m" 'NF == 3 && $2 != "U" {print $3, m}' "$tmp/nm" >>"$tmp/defs"
-    $NM -u "$o" >"$tmp/nm" || exit 1
-    awk -v m="$m" '{print m, $NF}' "$tmp/nm" >>"$tmp/uses"
-done
+# one nm for all the objects: "PATH:ADDRESS TYPE SYMBOL", and "PATH: U SYMBOL" for the uses
+$NM -A -g --defined-only "$@" >"$tmp/nm.defs" 2>"$tmp/nm.err" && $NM -A -u "$@" >"$tmp/nm.uses" 2>>"$tmp/nm.err" ||
+    { cat "$tmp/nm.err"; exit 1; }
+# the module of an object path, or "" outside the table's folders
+MODULE='function module(path,   n, p) {
+    n = split(path, p, "/"); sub(/\.o$/, "", p[n])
+    return (n > 1 && (p[n - 1] in layer)) ? p[n - 1] "/" p[n] : ""
+}'
+awk "$MODULE"' NR == FNR {layer[$1]; next}
+     {split($0, f, ":"); m = module(f[1]); if (m != "") print $NF, m}' "$tmp/table" "$tmp/nm.defs" >"$tmp/defs"
+awk "$MODULE"' NR == FNR {layer[$1]; next}
+     {split($0, f, ":"); m = module(f[1]); if (m != "") print m, $NF}' "$tmp/table" "$tmp/nm.uses" >"$tmp/uses"
+n=$(printf '%s\n' "$@" | awk "$MODULE"' NR == FNR {layer[$1]; next} module($0) != "" {n++} END {print n + 0}' "$tmp/table" -)
 if [ "$n" -eq 0 ]; then echo "layers: no object in a layer folder"; exit 1; fi
 
 # module A, module B, symbol: for every use of a symbol another module defines
