@@ -67,15 +67,17 @@ int dsv41_synth_skeleton(const char *config_path, int32_t n_shards, const char *
  * prints one JSON object instead of the table. */
 int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, int json, FILE *out);
 
-
 /* ---- assertions: an invariant the code relies on and no input can break (a lock held, the
  * thread that owns a structure, scratch marks restored in order). Checked unless NDEBUG is
  * defined, like assert(): in the default build, the tests and the sanitizer builds; a release
  * build that adds -DNDEBUG compiles them out. A failure prints the condition and its place and
  * aborts, since the program is already wrong. */
+#if defined(__GNUC__)
+__attribute__((noreturn))
+#endif
 void dsv41_assert_fail(const char *cond, const char *file, int line);
 #ifdef NDEBUG
-#define DSV41_ASSERT(cond) ((void)sizeof(!(cond))) /* not evaluated; its names stay used */
+#define DSV41_ASSERT(cond) ((void)(0 && (cond))) /* never evaluated; its names stay used */
 #else
 #define DSV41_ASSERT(cond) ((cond) ? (void)0 : dsv41_assert_fail(#cond, __FILE__, __LINE__))
 #endif
