@@ -5,7 +5,6 @@
  * flags with the same defaults, under their own and llama.cpp's spellings. With --ids the
  * default is greedy (the ids are a probe of the model, and the built-in model has no
  * tokenizer); a text prompt samples at temperature 0.6 unless told otherwise. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +31,8 @@ int gen_parse(int chat, int argc, char **argv, gen_opts *o) {
     t[n++] = (cli_opt){"-m|--model", "DIR", OPT_STR, &o->dir, 0, 0, NULL, chat ? NULL : "the built-in tiny model (--ids only)",
                        "checkpoint directory (config.json, safetensors, tokenizer.json)"};
     if (!chat) {
-        t[n++] = (cli_opt){"--ids", "A,B,C", OPT_STR, &o->ids, 0, 0, NULL, NULL, "a prompt of token ids; prints the generated ids"};
+        t[n++] = (cli_opt){"--ids", "A,B,C|@FILE|-", OPT_STR, &o->ids, 0, 0, NULL, NULL,
+                           "a prompt of token ids, inline, in FILE or on stdin (-); prints the generated ids"};
         t[n++] = (cli_opt){"-p|--prompt", "TEXT", OPT_STR, &o->prompt, 0, 0, NULL, NULL, "the user message, rendered as a V4.1 chat"};
         t[n++] = (cli_opt){"-f|--file", "FILE", OPT_STR, &o->file, 0, 0, NULL, NULL, "read the user message from FILE"};
     }
@@ -97,20 +97,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* "2,17,47" -> ids [cap]; returns the count or -1 */
-static int parse_ids(const char *s, int32_t *ids, int cap) {
-    int n = 0;
-    while (*s) {
-        char *end;
-        errno = 0;
-        long v = strtol(s, &end, 10);
-        if (end == s || errno || v < 0 || v > 0x7FFFFFFF || n == cap || (*end && *end != ',')) return -1;
-        ids[n++] = (int32_t)v;
-        s = *end ? end + 1 : end;
-    }
-    return n;
-}
-
 static int fail(const char *what) {
     fprintf(stderr, "dsv41: %s\n", what);
     return 1;
@@ -119,12 +105,8 @@ static int fail(const char *what) {
 /* Prefills the ids and samples n_new more (greedy unless told), printing them as one line of
  * comma-separated ids. Stops at the context with a note; Ctrl-C exits 130 (128 + the signal). */
 static int run_ids(const gen_opts *o) {
-    int cap = 1;
-    for (const char *p = o->ids; *p; p++) cap += *p == ',';
-    int32_t *hist = malloc((size_t)cap * sizeof *hist);
-    if (!hist) return fail("out of memory");
-    int n_ids = parse_ids(o->ids, hist, cap);
-    if (n_ids <= 0) { free(hist); return fail("run: --ids wants comma-separated non-negative integers"); }
+    int32_t *hist, n_ids;
+    if (ids_read(o->ids, &hist, &n_ids)) return 1;
     progress_on();
     dsv41_model *m = o->dir ? dsv41_model_load(o->dir) : dsv41_model_builtin();
     if (!m) { free(hist); return fail(dsv41_error()); }
