@@ -192,51 +192,58 @@ static void fp4_fake_quant_range(void *ctx, int64_t b, int64_t e) {
 
 /* Writes index keys for new latents [n_latent][head_dim] (key owners), then publishes
  * shared.topk [T][k] of window-offset entry indices (-1: not visible) for the queries q
- * [T][IH][ihd] (idx_wq_b qr) and head weights w [T][IH] (idx_weights_proj x), both rewritten
- * in place (rotated and quantized, scaled). Returns k. */
-int32_t indexer(dsv41_session *s, int32_t l, float *q, float *w, const float *latent, int64_t n_latent, int64_t T,
+ * [T][IH][ihd] (idx_wq_b qr) and head weights w [T][IH] (idx_weights_proj x) of the rows sq,
+ * both rewritten in place (rotated and quantized, scaled). Returns k. A prefill tile scores its
+ * rows against the whole call's width of entries (the later ones invisible), so that each row's
+ * top-k, ties included, is the one the whole call gives it; its rows of the published top-k
+ * and candidates are the call's rows [at, at + T). */
+int32_t indexer(const batch_seq *sq, int32_t l, float *q, float *w, const float *latent, int64_t n_latent,
                 int32_t offset) {
+    dsv41_session *s = sq->s;
     const dsv41_model *m = s->m;
     const config *c = &m->cfg;
     const layer_weights *L = &m->layers[l];
     shared_slots *sh = &s->shared;
     int32_t IH = c->index_n_heads, ihd = c->index_head_dim, rd = c->rope_head_dim, ratio = c->compress_ratio[l];
-    int32_t pos = s->pos, end = pos + (int32_t)T, width = end / ratio;
+    int64_t T = sq->T, at = sq->at, rows = sq->call_T;
+    int32_t pos = s->pos, first = pos + (int32_t)at, width = (pos + (int32_t)rows) / ratio;
     scratch_mark mark = scratch_begin();
     if (n_latent > 0 && c->is_kv_source[l]) {
         float *tmp = scratch_f32(n_latent * ihd), *k = scratch_f32(n_latent * ihd);
         linear(&L->idx_wk, latent, n_latent, tmp);
         rms_norm(tmp, L->idx_k_norm, n_latent, ihd, c->norm_eps, k);
         for (int64_t g = 0; g < n_latent; g++)
-            rope_apply(&m->rope_yarn, k + g * ihd, ihd, rd, pos == 0 ? g * ratio : pos + 1 - ratio, 0);
+            rope_apply(&m->rope_yarn, k + g * ihd, ihd, rd, pos == 0 ? (first / ratio + g) * ratio : pos + 1 - ratio, 0);
         fp4_fake_quant_e8m0(k, (size_t)(n_latent * ihd), 32);
-        memcpy(s->layers[l].ik + (int64_t)(pos / ratio) * ihd, k, (size_t)(n_latent * ihd) * sizeof *k);
+        memcpy(s->layers[l].ik + (int64_t)(first / ratio) * ihd, k, (size_t)(n_latent * ihd) * sizeof *k);
         sh->index_k = s->layers[l].ik;
     }
     float *score = scratch_f32(T * width);
     int32_t *visible = scratch_i32(T);
-    rope_rows(&m->rope_yarn, q, T * IH, IH, ihd, rd, pos, 0);
+    rope_rows(&m->rope_yarn, q, T * IH, IH, ihd, rd, first, 0);
     pool_run(T * IH * ihd / 32, 64, fp4_fake_quant_range, q);
     float wscale = (float)(pow(ihd, -0.5) * pow(IH, -0.5)); /* one python-float scalar in the release */
     for (int64_t i = 0; i < T * IH; i++) w[i] = bf16_round(w[i] * wscale);
-    for (int64_t t = 0; t < T; t++) visible[t] = pos == 0 ? (int32_t)(t + 1) / ratio : width;
+    for (int64_t t = 0; t < T; t++) visible[t] = pos == 0 ? (int32_t)(at + t + 1) / ratio : width;
     score_job sj = {q, w, sh->index_k, visible, IH, ihd, width, score};
     pool_run(T * ((width + SCORE_ENTRIES - 1) / SCORE_ENTRIES), 2, score_range, &sj);
     if (l == c->candidate_source_layer) {
-        if (buffer_grow((void **)&sh->cand, &sh->cand_cap, (size_t)(T * width))) abort(); /* as the scratch arena does */
-        select_candidate_blocks(score, T, width, visible, c->candidate_topk_blocks, c->candidate_block_size, sh->cand);
-        sh->cand_rows = (int32_t)T;
+        if (buffer_grow((void **)&sh->cand, &sh->cand_cap, (size_t)(rows * width))) abort(); /* as the scratch arena does */
+        select_candidate_blocks(score, T, width, visible, c->candidate_topk_blocks, c->candidate_block_size,
+                                sh->cand + at * width);
+        sh->cand_rows = (int32_t)rows;
         sh->cand_width = width;
-    } else if (c->candidate_source_layer >= 0 && c->candidate_source_layer < l && sh->cand_rows == T &&
+    } else if (c->candidate_source_layer >= 0 && c->candidate_source_layer < l && sh->cand_rows == rows &&
                sh->cand_width == width) {
+        const uint8_t *keep = sh->cand + at * width;
         for (int64_t i = 0; i < T * width; i++)
-            if (!sh->cand[i]) score[i] = -INFINITY;
+            if (!keep[i]) score[i] = -INFINITY;
     }
     int32_t k = c->index_topk < width ? c->index_topk : width;
-    if (buffer_grow((void **)&sh->topk, &sh->topk_cap, (size_t)(T * k) * sizeof *sh->topk)) abort();
-    topk_job tj = {score, visible, sh->topk, width, k, offset};
+    if (buffer_grow((void **)&sh->topk, &sh->topk_cap, (size_t)(rows * k) * sizeof *sh->topk)) abort();
+    topk_job tj = {score, visible, sh->topk + at * k, width, k, offset};
     pool_run(T, 16, topk_range, &tj);
-    sh->topk_rows = (int32_t)T;
+    sh->topk_rows = (int32_t)rows;
     sh->topk_width = k;
     scratch_end(mark);
     return k;

@@ -228,13 +228,16 @@ struct dsv41_session {
     void (*progress)(void *ctx, int32_t done, int32_t total); /* per layer, or NULL */
     void *progress_ctx;
     atomic_int cancel;                      /* a dsv41_session_cancel request not yet served */
+    int32_t tile_rows;                      /* a longer prefill goes through each layer this many rows at a time */
 };
 
 /* One session's share of a batched forward: rows [row0, row0 + T) of every activation, its
- * prefill (at position 0) or its one decode token. */
+ * prefill (at position 0) or its one decode token. A long prefill goes through each layer a
+ * tile of rows at a time: then these T rows are the call's rows [at, at + T) of call_T. */
 typedef struct {
     dsv41_session *s;
     int64_t row0, T;                        /* its first row and its rows */
+    int64_t at, call_T;                     /* the tile's first row in the call, the call's rows (0, T: whole) */
 } batch_seq;
 
 /* Empties s to position 0 as a new session is. Compressed rows are zeroed up to position reach
@@ -285,7 +288,7 @@ void engram_hash(dsv41_session *s, const int32_t *ids, int64_t T, int64_t *out);
 void engram_forward(const dsv41_model *m, int32_t l, const int64_t *hashes, int64_t T, float *h, dsv41_trace *tr);
 void attention(const batch_seq *seq, int32_t count, int32_t l, const float *x, int64_t T, float *out, dsv41_trace *tr);
 int64_t compressor(dsv41_session *s, int32_t l, const float *kv, const float *score, int64_t T, float *latent);
-int32_t indexer(dsv41_session *s, int32_t l, float *q, float *w, const float *latent, int64_t n_latent, int64_t T,
+int32_t indexer(const batch_seq *q_rows, int32_t l, float *q, float *w, const float *latent, int64_t n_latent,
                 int32_t offset);
 void topk_torch_cpu(const float *v, int32_t n, int32_t k, int32_t *out);
 void select_candidate_blocks(const float *score, int64_t T, int32_t width, const int32_t *visible,

@@ -11,6 +11,10 @@
 
 #include "dist.h"
 
+/* The rows a long prefill works through at a time by default: its working set grows with them,
+ * and the weights are read once per tile, which costs little past a few hundred rows. */
+#define PREFILL_TILE 512
+
 /* Compressed rows a kv-source layer of ratio `ratio` has closed at position pos. */
 static size_t closed_groups(int32_t pos, int32_t ratio) { return (size_t)(pos / ratio); }
 
@@ -38,6 +42,7 @@ dsv41_session *dsv41_session_new(const dsv41_model *m) {
     dsv41_session *s = calloc(1, sizeof *s);
     if (!s) goto oom;
     s->m = m;
+    s->tile_rows = PREFILL_TILE;
     atomic_init(&s->cancel, 0);
     s->ngram_cache = calloc((size_t)c->max_seq_len, sizeof *s->ngram_cache);
     s->tokens = calloc((size_t)c->max_seq_len, sizeof *s->tokens);
@@ -161,6 +166,13 @@ int dsv41_session_copy(dsv41_session *dst, const dsv41_session *src) {
 }
 
 void dsv41_session_cancel(dsv41_session *s) { atomic_store(&s->cancel, 1); }
+
+int dsv41_session_set_prefill_rows(dsv41_session *s, int32_t rows) {
+    if (rows < 1) return set_error("session: prefill rows must be at least 1, not %d", rows);
+    if (s->m->part.n_ranks > 1) return set_error("session: prefill rows cannot change on a model split over ranks");
+    s->tile_rows = rows;
+    return 0;
+}
 
 void dsv41_session_set_progress(dsv41_session *s, void (*fn)(void *ctx, int32_t done, int32_t total), void *ctx) {
     s->progress = fn;

@@ -1,0 +1,120 @@
+/* test_long.c - long prompts: a prefill worked through in tiles of rows is the whole call.
+ *
+ * The reference prefills a prompt in one call; dsv41 takes each layer a tile of rows at a time
+ * (dsv41_session_set_prefill_rows). Every tile size must leave the same bits as the call taken
+ * whole: every position's logits, the window rings, the compressed caches, the index keys, the
+ * compressor tails, the published top-k and candidate rows, and the decode steps after it. The
+ * prompts are random, on the tiny geometry (window 8, top-k 6, candidates 3 blocks of 2, so
+ * every path switches on within a few dozen positions) at its own context and at a longer one. */
+#include <string.h>
+
+#include "json.h"
+#include "filler.h"
+#include "testing.h"
+
+/* tiny.json with max_seq_len set to ctx */
+static dsv41_model *tiny_model(int32_t ctx) {
+    FILE *f = fopen("models/tiny.json", "rb");
+    if (!f) return NULL;
+    char text[1 << 14];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    char err[200];
+    json *j = json_parse(text, n, err, sizeof err);
+    config c;
+    int rc = j ? config_from_fixture(&c, j) : -1;
+    json_free(j);
+    if (rc) return NULL;
+    c.max_seq_len = ctx;
+    dsv41_model *m = model_from_rule(&c);
+    if (!m) config_free(&c);
+    return m;
+}
+
+/* 0 when a and b hold the same state, bit for bit, else the name of what differs */
+static const char *state_diff(const dsv41_session *a, const dsv41_session *b) {
+    const config *c = &a->m->cfg;
+    if (a->pos != b->pos || a->has_logits != b->has_logits) return "position";
+    if (memcmp(a->logits, b->logits, (size_t)c->vocab_size * sizeof *a->logits)) return "last logits";
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        const layer_state *x = &a->layers[l], *y = &b->layers[l];
+        if (memcmp(x->window, y->window, (size_t)c->window_size * c->head_dim * sizeof(float))) return "window ring";
+        if (!c->is_kv_source[l]) continue;
+        size_t r = (size_t)c->compress_ratio[l], used = (size_t)a->pos / r;
+        if (memcmp(x->ckv, y->ckv, used * c->head_dim * sizeof(float))) return "compressed KV";
+        if (memcmp(x->ik, y->ik, used * c->index_head_dim * sizeof(float))) return "index keys";
+        if (memcmp(x->kv_state, y->kv_state, r * c->head_dim * sizeof(float)) ||
+            memcmp(x->score_state, y->score_state, r * c->head_dim * sizeof(float)))
+            return "compressor tail";
+    }
+    const shared_slots *p = &a->shared, *q = &b->shared;
+    if (slot_layer(a, p->compress_kv, 0) != slot_layer(b, q->compress_kv, 0) ||
+        slot_layer(a, p->index_k, 1) != slot_layer(b, q->index_k, 1))
+        return "shared slots";
+    if (p->topk_rows != q->topk_rows || p->topk_width != q->topk_width ||
+        memcmp(p->topk, q->topk, (size_t)p->topk_rows * p->topk_width * sizeof *p->topk))
+        return "published top-k";
+    if (p->cand_rows != q->cand_rows || p->cand_width != q->cand_width ||
+        memcmp(p->cand, q->cand, (size_t)p->cand_rows * p->cand_width))
+        return "candidates";
+    return NULL;
+}
+
+/* A prompt of n random ids prefilled whole and in tiles of each of `tiles`: the logits of every
+ * position, the state, and 3 decode steps after it agree bit for bit. */
+static void check_tiles(const dsv41_model *m, int32_t n, const int32_t *tiles, int nt, uint32_t seed) {
+    int32_t V = dsv41_model_vocab_size(m), *ids = malloc((size_t)n * sizeof *ids);
+    float *want = malloc((size_t)n * V * sizeof *want), *got = malloc((size_t)n * V * sizeof *got);
+    float *dw = malloc((size_t)V * sizeof *dw), *dg = malloc((size_t)V * sizeof *dg);
+    for (int32_t i = 0; i < n; i++) ids[i] = (int32_t)((seed = seed * 1664525u + 1013904223u) >> 8) % V;
+    dsv41_session *whole = dsv41_session_new(m);
+    CHECK(dsv41_session_set_prefill_rows(whole, n) == 0 && dsv41_session_forward_all(whole, ids, n, want) == 0,
+          "prefill %d tokens whole: %s", n, dsv41_error());
+    for (int k = 0; k < nt; k++) {
+        dsv41_session *s = dsv41_session_new(m);
+        CHECK(dsv41_session_set_prefill_rows(s, tiles[k]) == 0 && dsv41_session_forward_all(s, ids, n, got) == 0,
+              "prefill %d tokens in tiles of %d: %s", n, tiles[k], dsv41_error());
+        CHECK(!memcmp(want, got, (size_t)n * V * sizeof *got), "%d tokens, tiles of %d: every position's logits", n, tiles[k]);
+        const char *diff = state_diff(whole, s);
+        CHECK(!diff, "%d tokens, tiles of %d: the state after the prefill (%s differs)", n, tiles[k], diff ? diff : "");
+        dsv41_session *w2 = dsv41_session_new(m);
+        int same = dsv41_session_copy(w2, whole) == 0;
+        for (int32_t step = 0; same && step < 3 && n + step < dsv41_model_max_seq_len(m); step++) {
+            int32_t next = (int32_t)((seed + (uint32_t)step * 7919u) % (uint32_t)V);
+            same = dsv41_session_forward(w2, &next, 1, dw, NULL) == 0 && dsv41_session_forward(s, &next, 1, dg, NULL) == 0 &&
+                   !memcmp(dw, dg, (size_t)V * sizeof *dg) && !state_diff(w2, s);
+        }
+        CHECK(same, "%d tokens, tiles of %d: the decode steps after it", n, tiles[k]);
+        dsv41_session_free(w2);
+        dsv41_session_free(s);
+    }
+    dsv41_session_free(whole);
+    free(ids);
+    free(want);
+    free(got);
+    free(dw);
+    free(dg);
+}
+
+int main(void) {
+    dsv41_model *m = tiny_model(64);
+    CHECK(m != NULL, "the tiny model: %s", dsv41_error());
+    if (m) {
+        static const int32_t tiles[] = {1, 2, 3, 6, 8, 10, 30};
+        check_tiles(m, 64, tiles, 7, 1u);
+        check_tiles(m, 61, tiles, 7, 2u); /* an odd prompt: the compressor's tail in the last tile */
+        dsv41_session *s = dsv41_session_new(m);
+        CHECK(dsv41_session_set_prefill_rows(s, 0) == -1 && strstr(dsv41_error(), "at least 1"), "0 rows are refused");
+        dsv41_session_free(s);
+    }
+    dsv41_model_free(m);
+    m = tiny_model(1200);
+    CHECK(m != NULL, "the tiny model at a context of 1200: %s", dsv41_error());
+    if (m) {
+        static const int32_t tiles[] = {16, 100, 512};
+        check_tiles(m, 1100, tiles, 3, 3u);
+    }
+    dsv41_model_free(m);
+    return test_summary();
+}
