@@ -25,9 +25,13 @@ static void trace_shared(const dsv41_session *s, int32_t l, int64_t T, dsv41_tra
         trace_i32(tr, sh->topk, 3, (int64_t[]){1, sh->topk_rows, sh->topk_width}, "shared.L%d.topk_idxs", l);
     if (sh->cand_rows) {
         scratch_mark mark = scratch_begin();
-        int64_t n = (int64_t)sh->cand_rows * sh->cand_width;
+        int64_t n = (int64_t)sh->cand_rows * sh->cand_width, kb = cand_blocks(c, sh->cand_width);
         int32_t *v = scratch_i32(n);
-        for (int64_t i = 0; i < n; i++) v[i] = sh->cand[i];
+        uint8_t *keep = scratch_bytes((size_t)sh->cand_width);
+        for (int64_t r = 0; r < sh->cand_rows; r++) {
+            cand_mask(c, sh->cand + r * kb, sh->cand_width, keep);
+            for (int32_t i = 0; i < sh->cand_width; i++) v[r * sh->cand_width + i] = keep[i];
+        }
         trace_i32(tr, v, 3, (int64_t[]){1, sh->cand_rows, sh->cand_width}, "shared.L%d.candidates", l);
         scratch_end(mark);
     }

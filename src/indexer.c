@@ -90,15 +90,18 @@ void topk_torch_cpu(const float *v, int32_t n, int32_t k, int32_t *out) {
     scratch_end(mark);
 }
 
-/* score [T][width] (-inf: unreachable), visible [T] -> keep [T][width]: each row keeps the
- * top `topk_blocks` blocks of `block` entries by block max, the newest visible block pinned */
+/* score [T][width] (-inf: unreachable), visible [T] -> kept [T][k]: each row keeps the top
+ * `topk_blocks` blocks of `block` entries by block max, the newest visible block pinned; the
+ * blocks are listed ascending, -1 after. A list, not a mask of every entry: the rows of a long
+ * prefill keep it from the candidate layer to the last index source, and a mask would grow
+ * with the square of the prompt. */
 void select_candidate_blocks(const float *score, int64_t T, int32_t width, const int32_t *visible,
-                             int32_t topk_blocks, int32_t block, uint8_t *keep) {
+                             int32_t topk_blocks, int32_t block, int32_t *kept) {
     int32_t nb = (width + block - 1) / block, k = topk_blocks < nb ? topk_blocks : nb;
     scratch_mark mark = scratch_begin();
     float *bs = scratch_f32(nb);
     int32_t *pick = scratch_i32(k);
-    memset(keep, 0, (size_t)(T * width));
+    uint8_t *on = scratch_bytes((size_t)nb);
     for (int64_t t = 0; t < T; t++) {
         const float *row = score + t * width;
         for (int32_t b = 0; b < nb; b++) {
@@ -107,13 +110,40 @@ void select_candidate_blocks(const float *score, int64_t T, int32_t width, const
         }
         if (visible[t] > 0 && (visible[t] - 1) / block < nb) bs[(visible[t] - 1) / block] = INFINITY;
         topk_torch_cpu(bs, nb, k, pick);
-        for (int32_t j = 0; j < k; j++) {
-            int32_t b = pick[j];
-            if (bs[b] == -INFINITY) continue;
-            for (int32_t i = b * block; i < (b + 1) * block && i < width; i++) keep[t * width + i] = 1;
-        }
+        memset(on, 0, (size_t)nb);
+        for (int32_t j = 0; j < k; j++) on[pick[j]] = bs[pick[j]] != -INFINITY;
+        int32_t *out = kept + t * k, n = 0;
+        for (int32_t b = 0; b < nb; b++)
+            if (on[b]) out[n++] = b;
+        while (n < k) out[n++] = -1;
     }
     scratch_end(mark);
+}
+
+int32_t cand_blocks(const config *c, int32_t width) {
+    int32_t nb = (width + c->candidate_block_size - 1) / c->candidate_block_size;
+    return c->candidate_topk_blocks < nb ? c->candidate_topk_blocks : nb;
+}
+
+void cand_mask(const config *c, const int32_t *kept, int32_t width, uint8_t *keep) {
+    int32_t block = c->candidate_block_size, k = cand_blocks(c, width);
+    memset(keep, 0, (size_t)width);
+    for (int32_t j = 0; j < k && kept[j] >= 0; j++)
+        for (int32_t i = kept[j] * block; i < (kept[j] + 1) * block && i < width; i++) keep[i] = 1;
+}
+
+int cand_from_mask(const config *c, const uint8_t *keep, int32_t width, int32_t *kept) {
+    int32_t block = c->candidate_block_size, k = cand_blocks(c, width), n = 0;
+    for (int32_t b = 0; b * block < width; b++) {
+        int32_t end = (b + 1) * block < width ? (b + 1) * block : width, on = 0;
+        for (int32_t i = b * block; i < end; i++) on += keep[i] == 1;
+        for (int32_t i = b * block; i < end; i++)
+            if (keep[i] > 1 || (on && on != end - b * block)) return -1;
+        if (on && n == k) return -1;
+        if (on) kept[n++] = b;
+    }
+    while (n < k) kept[n++] = -1;
+    return 0;
 }
 
 static int cmp_i32(const void *a, const void *b) { return *(const int32_t *)a - *(const int32_t *)b; }
@@ -227,17 +257,22 @@ int32_t indexer(const batch_seq *sq, int32_t l, float *q, float *w, const float 
     for (int64_t t = 0; t < T; t++) visible[t] = pos == 0 ? (int32_t)(at + t + 1) / ratio : width;
     score_job sj = {q, w, sh->index_k, visible, IH, ihd, width, score};
     pool_run(T * ((width + SCORE_ENTRIES - 1) / SCORE_ENTRIES), 2, score_range, &sj);
+    int32_t kb = cand_blocks(c, width);
     if (l == c->candidate_source_layer) {
-        if (buffer_grow((void **)&sh->cand, &sh->cand_cap, (size_t)(rows * width))) abort(); /* as the scratch arena does */
+        if (buffer_grow((void **)&sh->cand, &sh->cand_cap, (size_t)(rows * kb) * sizeof *sh->cand))
+            abort(); /* as the scratch arena does */
         select_candidate_blocks(score, T, width, visible, c->candidate_topk_blocks, c->candidate_block_size,
-                                sh->cand + at * width);
+                                sh->cand + at * kb);
         sh->cand_rows = (int32_t)rows;
         sh->cand_width = width;
     } else if (c->candidate_source_layer >= 0 && c->candidate_source_layer < l && sh->cand_rows == rows &&
                sh->cand_width == width) {
-        const uint8_t *keep = sh->cand + at * width;
-        for (int64_t i = 0; i < T * width; i++)
-            if (!keep[i]) score[i] = -INFINITY;
+        uint8_t *keep = scratch_bytes((size_t)width);
+        for (int64_t t = 0; t < T; t++) {
+            cand_mask(c, sh->cand + (at + t) * kb, width, keep);
+            for (int32_t i = 0; i < width; i++)
+                if (!keep[i]) score[t * width + i] = -INFINITY;
+        }
     }
     int32_t k = c->index_topk < width ? c->index_topk : width;
     if (buffer_grow((void **)&sh->topk, &sh->topk_cap, (size_t)(rows * k) * sizeof *sh->topk)) abort();

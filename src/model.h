@@ -210,7 +210,8 @@ typedef struct {
     const float *index_k;                   /* -> a kv source's ik */
     int32_t *topk;                          /* [topk_rows][topk_width] offset indices, -1 unused */
     int32_t topk_rows, topk_width;
-    uint8_t *cand;                          /* [cand_rows][cand_width] candidate keep mask */
+    int32_t *cand;                          /* [cand_rows][cand_blocks()] the blocks of a keep mask of
+                                             * [cand_rows][cand_width] entries, ascending, -1 after */
     int32_t cand_rows, cand_width;
     size_t topk_cap, cand_cap;
 } shared_slots;
@@ -292,7 +293,13 @@ int32_t indexer(const batch_seq *q_rows, int32_t l, float *q, float *w, const fl
                 int32_t offset);
 void topk_torch_cpu(const float *v, int32_t n, int32_t k, int32_t *out);
 void select_candidate_blocks(const float *score, int64_t T, int32_t width, const int32_t *visible,
-                             int32_t topk_blocks, int32_t block, uint8_t *keep);
+                             int32_t topk_blocks, int32_t block, int32_t *kept);
+/* The candidate mask as blocks: a row of `width` entries keeps at most cand_blocks(c, width)
+ * blocks; cand_mask expands a row of them to its keep mask [width]; cand_from_mask is the
+ * inverse, 0, or -1 when the mask is no such row (a part of a block, or too many blocks). */
+int32_t cand_blocks(const config *c, int32_t width);
+void cand_mask(const config *c, const int32_t *kept, int32_t width, uint8_t *keep);
+int cand_from_mask(const config *c, const uint8_t *keep, int32_t width, int32_t *kept);
 void moe(const dsv41_model *m, int32_t l, const float *x, int64_t T, float *y, float *route_w, int32_t *route_idx);
 
 #endif

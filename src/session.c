@@ -136,7 +136,8 @@ int dsv41_session_copy(dsv41_session *dst, const dsv41_session *src) {
     shared_slots *dsh = &dst->shared;
     const shared_slots *ssh = &src->shared;
     if (copy_grow((void **)&dsh->topk, &dsh->topk_cap, ssh->topk, (size_t)ssh->topk_rows * ssh->topk_width * sizeof *ssh->topk) ||
-        copy_grow((void **)&dsh->cand, &dsh->cand_cap, ssh->cand, (size_t)ssh->cand_rows * ssh->cand_width))
+        copy_grow((void **)&dsh->cand, &dsh->cand_cap, ssh->cand,
+                  (size_t)ssh->cand_rows * cand_blocks(c, ssh->cand_width) * sizeof *ssh->cand))
         return set_error("out of memory copying a session");
     session_clear(dst, dst->pos);
     for (int32_t l = 0; l < c->n_layers; l++) {

@@ -56,7 +56,7 @@ static const char *state_diff(const dsv41_session *a, const dsv41_session *b) {
         memcmp(p->topk, q->topk, (size_t)p->topk_rows * p->topk_width * sizeof *p->topk))
         return "published top-k";
     if (p->cand_rows != q->cand_rows || p->cand_width != q->cand_width ||
-        memcmp(p->cand, q->cand, (size_t)p->cand_rows * p->cand_width))
+        memcmp(p->cand, q->cand, (size_t)p->cand_rows * (p->cand_rows ? cand_blocks(c, p->cand_width) : 0) * sizeof *p->cand))
         return "candidates";
     return NULL;
 }
