@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "dist.h"
+#include "numerics.h"
 #include "scratch.h"
 
 /* The shared slots as the golden records them after a source layer: the used prefix of the
@@ -94,6 +95,17 @@ static void block(const batch_seq *seq, int32_t count, int32_t l, int64_t T, con
  * calls in step, so there a request is never taken. */
 static int cancelled(dsv41_session *s) { return s->m->part.n_ranks == 1 && atomic_exchange(&s->cancel, 0); }
 
+/* The residual stream of n tokens ids as the model's input: h [n][hc][dim], the embedding in
+ * every copy. */
+static void embed_rows(const dsv41_model *m, const int32_t *ids, int64_t n, float *h) {
+    int32_t hc = m->cfg.hc_mult, dim = m->cfg.dim;
+    for (int64_t t = 0; t < n; t++) {
+        float *ht = h + t * hc * dim;
+        for (int32_t d = 0; d < dim; d++) ht[d] = weight_get(&m->embed, ids[t], d);
+        for (int32_t k = 1; k < hc; k++) memcpy(ht + k * dim, ht, (size_t)dim * sizeof *h);
+    }
+}
+
 /* The rows a prefill's layers take at a time: the whole call, or for a single session's prefill
  * longer than its tile setting, tiles of that many rows rounded down to a multiple of every
  * compress ratio (a tile closes whole compressor groups). A trace records whole calls. */
@@ -114,20 +126,23 @@ static int64_t call_tile(const batch_seq *seq, int32_t count, int64_t T, const d
  * cancel request between layers and, when asked, empties the session and returns -1; a
  * one-token call after it runs whole (stopping inside it would leave its layers out of step).
  *
- * A long prefill keeps only its residual stream (and the shared top-k rows) for all of its
- * rows: each layer works through the rows a tile at a time, in order, so what a row reads of
- * the rows before it (the window ring, the compressed caches, the index keys) is already
- * written, and every row computes exactly what the whole call would. */
+ * A long prefill keeps only its residual stream (and the shared top-k and candidate rows) for
+ * all of its rows: each layer works through the rows a tile at a time, in order, so what a row
+ * reads of the rows before it (the window ring, the compressed caches, the index keys) is
+ * already written, and every row computes exactly what the whole call would. Between layers
+ * the stream is bf16, as the reference keeps it (every block ends in a bf16 rounding), so it is
+ * stored as bf16 there; the first layer's tiles take their rows from the embedding. */
 static int forward_rows(const batch_seq *seq, int32_t count, int64_t T, const int32_t *const *ids,
                         float *const *logits, int all, dsv41_trace *tr) {
     const dsv41_model *m = seq[0].s->m;
     const config *c = &m->cfg;
     int32_t hc = c->hc_mult, dim = c->dim, cols = engram_cols(c), ne = c->n_engram ? c->n_engram : 1;
-    int64_t tile = call_tile(seq, count, T, tr), ncols = (int64_t)ne * cols;
+    int64_t tile = call_tile(seq, count, T, tr), ncols = (int64_t)ne * cols, hrow = (int64_t)hc * dim;
     scratch_mark mark = scratch_begin();
     int64_t *hashes = scratch_i64(T * ncols);
     int32_t *all_ids = scratch_i32(T);
-    float *h = scratch_f32(T * hc * dim), *pre_mix = scratch_f32(T * hc);
+    float *h = scratch_f32((tile < T ? tile : T) * hrow), *pre_mix = scratch_f32(T * hc);
+    uint16_t *hb = tile < T ? scratch_bytes((size_t)(T * hrow) * sizeof *hb) : NULL; /* [T][hc][dim] between layers */
 
     for (int32_t i = 0; i < count; i++) { /* the n-gram hashes read each session's own history */
         memcpy(all_ids + seq[i].row0, ids[i], (size_t)seq[i].T * sizeof *all_ids);
@@ -135,14 +150,8 @@ static int forward_rows(const batch_seq *seq, int32_t count, int64_t T, const in
     }
     trace_i32(tr, all_ids, 2, (int64_t[]){1, T}, "input_ids");
     if (c->n_engram) trace_i64(tr, hashes, 4, (int64_t[]){1, T, c->n_engram, cols}, "engram_hashes");
-    for (int64_t t = 0; t < T; t++) {
-        float *ht = h + t * hc * dim;
-        for (int32_t d = 0; d < dim; d++) ht[d] = weight_get(&m->embed, all_ids[t], d);
-        for (int32_t k = 0; k < hc; k++) {
-            if (k) memcpy(ht + k * dim, ht, (size_t)dim * sizeof *h);
-            pre_mix[t * hc + k] = k == 0 ? 1.0f : 0.0f;
-        }
-    }
+    for (int64_t i = 0; i < T * hc; i++) pre_mix[i] = i % hc == 0 ? 1.0f : 0.0f;
+    if (!hb) embed_rows(m, all_ids, T, h);
     if (tr) { /* copy 0 of each row */
         float *x = scratch_f32(T * dim);
         for (int64_t t = 0; t < T; t++) memcpy(x + t * dim, h + t * hc * dim, (size_t)dim * sizeof *x);
@@ -155,10 +164,13 @@ static int forward_rows(const batch_seq *seq, int32_t count, int64_t T, const in
             session_clear(s0, s0->pos + (int32_t)T); /* the layers done wrote rows up to pos + T */
             return set_error("forward: cancelled");
         }
-        if (tile == T) block(seq, count, l, T, hashes, h, pre_mix, tr);
-        for (int64_t r0 = 0; tile < T && r0 < T; r0 += tile) { /* one session */
+        if (!hb) block(seq, count, l, T, hashes, h, pre_mix, tr);
+        for (int64_t r0 = 0; hb && r0 < T; r0 += tile) { /* one session */
             int64_t R = T - r0 < tile ? T - r0 : tile;
-            block(&(batch_seq){s0, 0, R, r0, T}, 1, l, R, hashes + r0 * ncols, h + r0 * hc * dim, pre_mix + r0 * hc, tr);
+            if (l == 0) embed_rows(m, all_ids + r0, R, h);
+            else for (int64_t i = 0; i < R * hrow; i++) h[i] = bf16_to_f32(hb[r0 * hrow + i]);
+            block(&(batch_seq){s0, 0, R, r0, T}, 1, l, R, hashes + r0 * ncols, h, pre_mix + r0 * hc, tr);
+            for (int64_t i = 0; i < R * hrow; i++) hb[r0 * hrow + i] = f32_to_bf16(h[i]);
         }
         for (int32_t i = 0; i < count; i++)
             if (seq[i].s->progress) seq[i].s->progress(seq[i].s->progress_ctx, l + 1, c->n_layers);
@@ -166,11 +178,11 @@ static int forward_rows(const batch_seq *seq, int32_t count, int64_t T, const in
     /* the head runs over the rows wanted, a tile of them at a time: sampling needs only each
      * session's last position; a trace or `all` asks for every one, a session without logits
      * for none. Session i's wanted rows are rows [hrow[i], hrow[i] + n_i) of the R wanted. */
-    int64_t V = c->vocab_size, R = 0, *first = scratch_i64(count), *hrow = scratch_i64(count);
+    int64_t V = c->vocab_size, R = 0, *first = scratch_i64(count), *wrow = scratch_i64(count);
     for (int32_t i = 0; i < count; i++) {
         int want = tr || logits[i];
         first[i] = !want ? seq[i].T : tr || all ? 0 : seq[i].T - 1;
-        hrow[i] = R;
+        wrow[i] = R;
         R += seq[i].T - first[i];
     }
     int64_t chunk = R < tile ? R : tile;
@@ -178,9 +190,15 @@ static int forward_rows(const batch_seq *seq, int32_t count, int64_t T, const in
     for (int64_t j0 = 0; j0 < R; j0 += chunk) {
         int64_t n = R - j0 < chunk ? R - j0 : chunk;
         for (int32_t i = 0; i < count; i++) { /* session i's wanted rows [lo, hi) in this chunk */
-            int64_t lo = hrow[i] > j0 ? hrow[i] : j0, end = hrow[i] + seq[i].T - first[i], hi = end < j0 + n ? end : j0 + n;
-            int64_t r = seq[i].row0 + first[i] + lo - hrow[i]; /* its row in h */
-            if (lo < hi) hc_pre(h + r * hc * dim, pre_mix + r * hc, hi - lo, hc, dim, x + (lo - j0) * dim);
+            int64_t lo = wrow[i] > j0 ? wrow[i] : j0, end = wrow[i] + seq[i].T - first[i], hi = end < j0 + n ? end : j0 + n;
+            int64_t r = seq[i].row0 + first[i] + lo - wrow[i]; /* its row in the stream */
+            if (lo >= hi) continue;
+            const float *hr = h + r * hrow;
+            if (hb) { /* one session: its rows into the tile's buffer */
+                for (int64_t e = 0; e < (hi - lo) * hrow; e++) h[e] = bf16_to_f32(hb[r * hrow + e]);
+                hr = h;
+            }
+            hc_pre(hr, pre_mix + r * hc, hi - lo, hc, dim, x + (lo - j0) * dim);
         }
         rms_norm(x, m->norm, n, dim, c->norm_eps, xn);
         trace_f32(tr, x, 3, (int64_t[]){1, T, dim}, "h_final");
@@ -189,9 +207,9 @@ static int forward_rows(const batch_seq *seq, int32_t count, int64_t T, const in
         else linear(&m->head, xn, n, lg);
         trace_f32(tr, lg, 3, (int64_t[]){1, T, V}, "logits_full");
         for (int32_t i = 0; i < count; i++) {
-            int64_t lo = hrow[i] > j0 ? hrow[i] : j0, end = hrow[i] + seq[i].T - first[i], hi = end < j0 + n ? end : j0 + n;
+            int64_t lo = wrow[i] > j0 ? wrow[i] : j0, end = wrow[i] + seq[i].T - first[i], hi = end < j0 + n ? end : j0 + n;
             if (lo >= hi) continue;
-            if (all && logits[i]) memcpy(logits[i] + (lo - hrow[i]) * V, lg + (lo - j0) * V, (size_t)((hi - lo) * V) * sizeof *lg);
+            if (all && logits[i]) memcpy(logits[i] + (lo - wrow[i]) * V, lg + (lo - j0) * V, (size_t)((hi - lo) * V) * sizeof *lg);
             if (hi == end) { /* the session's last token */
                 if (logits[i] && !all) memcpy(logits[i], lg + (hi - 1 - j0) * V, (size_t)V * sizeof *lg);
                 memcpy(seq[i].s->logits, lg + (hi - 1 - j0) * V, (size_t)V * sizeof *lg);
