@@ -153,8 +153,11 @@ typedef struct {
  * into out [32]; returns their count. */
 int layer_dense_weights(const layer_weights *L, const weight **out);
 
+/* The angle of position p in pair k is (float)p * freq[k] in f32, as the reference forms it
+ * (torch.outer of the positions and the f32 frequencies); cos and sin are taken of that f32
+ * angle when a row is rotated, so nothing here grows with the context. */
 typedef struct {
-    float *cos, *sin;                       /* [max_seq_len][rope_head_dim/2] */
+    float *freq;                            /* [rope_head_dim/2] */
 } rope_table;
 
 /* A model's place in a job split across ranks (dist.c): this rank owns the contiguous share
@@ -189,6 +192,9 @@ struct dsv41_model {
 
 void *model_alloc(dsv41_model *m, size_t bytes); /* zeroed, freed with the model */
 int rope_init(dsv41_model *m);
+#define ROPE_MAX_HALF 1024 /* capacity: rope_head_dim / 2 */
+/* cs, sn [half]: the cos and sin of position pos's angles */
+void rope_angles(const rope_table *rt, int32_t half, int64_t pos, float *cs, float *sn);
 void rope_apply(const rope_table *rt, float *x, int64_t row_len, int32_t rope_dim, int64_t pos, int inverse);
 /* rope_apply on rows [n][row_len] of x over the pool, row r at position pos0 + r / per (per: the
  * heads that share a token's position) */

@@ -6,6 +6,7 @@
  * compressor tails, the published top-k and candidate rows, and the decode steps after it. The
  * prompts are random, on the tiny geometry (window 8, top-k 6, candidates 3 blocks of 2, so
  * every path switches on within a few dozen positions) at its own context and at a longer one. */
+#include <math.h>
 #include <string.h>
 
 #include "json.h"
@@ -97,6 +98,33 @@ static void check_tiles(const dsv41_model *m, int32_t n, const int32_t *tiles, i
     free(dg);
 }
 
+/* RoPE at positions up to the release's 1,048,576: the reference forms each angle as the f32
+ * product of the f32 position and the f32 frequency (torch.outer) and takes cos and sin of that
+ * f32 angle. Checked here against the same in double precision (the product of two floats is
+ * exact in a double, then rounded once to f32; cos and sin in double, rounded to f32), and shown
+ * to differ from angles formed in double at such positions, which an engine must not do. */
+static void check_rope_far(const dsv41_model *m) {
+    const config *c = &m->cfg;
+    static const int64_t pos[] = {0, 1, 4095, 65535, 65536, 1000003, 1048575};
+    int32_t half = c->rope_head_dim / 2, bad = 0, far_apart = 0;
+    float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
+    for (int tbl = 0; tbl < 2; tbl++) {
+        const rope_table *rt = tbl ? &m->rope_yarn : &m->rope_plain;
+        for (size_t i = 0; i < sizeof pos / sizeof *pos; i++) {
+            rope_angles(rt, half, pos[i], cs, sn);
+            for (int32_t k = 0; k < half; k++) {
+                double a = (double)(float)((double)(float)pos[i] * (double)rt->freq[k]); /* the f32 angle */
+                float wc = (float)cos(a), ws = (float)sin(a);
+                /* cosf / sinf are within an ulp of the value correctly rounded from double */
+                bad += fabsf(cs[k] - wc) > 1.2e-7f * fmaxf(1.0f, fabsf(wc)) || fabsf(sn[k] - ws) > 1.2e-7f * fmaxf(1.0f, fabsf(ws));
+                far_apart += (float)cos((double)pos[i] * (double)rt->freq[k]) != wc;
+            }
+        }
+    }
+    CHECK(bad == 0, "RoPE: %d angles up to position 1048575 are not the f32 angles of the reference", bad);
+    CHECK(far_apart > 0, "RoPE: angles formed in double would differ at such positions (%d do)", far_apart);
+}
+
 int main(void) {
     dsv41_model *m = tiny_model(64);
     CHECK(m != NULL, "the tiny model: %s", dsv41_error());
@@ -104,6 +132,7 @@ int main(void) {
         static const int32_t tiles[] = {1, 2, 3, 6, 8, 10, 30};
         check_tiles(m, 64, tiles, 7, 1u);
         check_tiles(m, 61, tiles, 7, 2u); /* an odd prompt: the compressor's tail in the last tile */
+        check_rope_far(m);
         dsv41_session *s = dsv41_session_new(m);
         CHECK(dsv41_session_set_prefill_rows(s, 0) == -1 && strstr(dsv41_error(), "at least 1"), "0 rows are refused");
         dsv41_session_free(s);
