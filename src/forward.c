@@ -253,7 +253,7 @@ static int check_logits(const float *logits, int64_t n) {
  * tail and stale index keys all follow decode semantics), so a chunk appended later is exactly
  * that sequence of calls; the trace keeps the last one's captures. */
 static int forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logits, int all, dsv41_trace *tr) {
-    if (check_call(s, ids, n)) return -1;
+    if (check_call(s, ids, n) || session_reserve(s, s->pos + n)) return -1;
     atomic_store(&s->cancel, 0); /* only a request made during this call stops it */
     int64_t V = s->m->cfg.vocab_size;
     int rc = 0;
@@ -291,7 +291,8 @@ static int check_batch(dsv41_session *const *s, const int32_t *const *ids, const
         if (s[i]->pos > 0 && n[i] != 1)
             return set_error("batch: session %d is at position %d and feeds %d tokens (one token after a prefill)", i,
                              s[i]->pos, n[i]);
-        if (check_call(s[i], ids[i], n[i])) return set_error("batch: session %d: %s", i, dsv41_error());
+        if (check_call(s[i], ids[i], n[i]) || session_reserve(s[i], s[i]->pos + n[i]))
+            return set_error("batch: session %d: %s", i, dsv41_error());
     }
     return 0;
 }

@@ -205,8 +205,8 @@ void rope_rows(const rope_table *rt, float *x, int64_t n, int32_t per, int64_t r
 typedef struct {
     float *window;                          /* [window_size][head_dim] ring, slot = pos % window */
     float *kv_state, *score_state;          /* kv source, ratio > 1: [ratio][head_dim] compressor tail */
-    float *ckv;                             /* kv source: [max_seq/ratio][head_dim] compressed KV */
-    float *ik;                              /* kv source: [max_seq/ratio][index_head_dim] index keys */
+    float *ckv;                             /* kv source: [cap/ratio + 1][head_dim] compressed KV */
+    float *ik;                              /* kv source: [cap/ratio + 1][index_head_dim] index keys */
 } layer_state;
 
 /* The slots source layers publish and later layers read. They survive across calls: a decode
@@ -225,8 +225,9 @@ typedef struct {
 struct dsv41_session {
     const dsv41_model *m;
     int32_t pos;                            /* tokens consumed so far */
-    int64_t *ngram_cache;                   /* [max_seq_len] compressed ids */
-    int32_t *tokens;                        /* [max_seq_len] the ids fed so far, [pos] of them */
+    int32_t cap;                            /* positions the caches have room for, grown up to max_seq_len */
+    int64_t *ngram_cache;                   /* [cap] compressed ids */
+    int32_t *tokens;                        /* [cap] the ids fed so far, [pos] of them */
     float *logits;                          /* [vocab_size] the last fed token's logits, when has_logits */
     int32_t has_logits;                     /* the call that fed it computed them */
     layer_state *layers;                    /* [n_layers] */
@@ -247,6 +248,8 @@ typedef struct {
     int64_t at, call_T;                     /* the tile's first row in the call, the call's rows (0, T: whole) */
 } batch_seq;
 
+/* Grows s's caches to hold n positions (n <= max_seq_len); 0, or -1 when out of memory. */
+int session_reserve(dsv41_session *s, int32_t n);
 /* Empties s to position 0 as a new session is. Compressed rows are zeroed up to position reach
  * only: rows past the closed groups of every position a call reached are zero already. */
 void session_clear(dsv41_session *s, int32_t reach);

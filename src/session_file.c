@@ -425,7 +425,8 @@ int dsv41_session_load_data(dsv41_session *s, const char *path, void **data, siz
         set_error("session: %s: a top-k entry points outside the cache", path);
         goto out;
     }
-    if ((data && dn && !(copy = malloc(dn))) || buffer_grow((void **)&s->shared.topk, &s->shared.topk_cap, nt) ||
+    if ((data && dn && !(copy = malloc(dn))) || session_reserve(s, k.pos) ||
+        buffer_grow((void **)&s->shared.topk, &s->shared.topk_cap, nt) ||
         buffer_grow((void **)&s->shared.cand, &s->shared.cand_cap,
                     (size_t)k.cand_rows * (k.cand_rows ? cand_blocks(c, k.cand_width) : 0) * sizeof *s->shared.cand)) {
         set_error("session: %s: out of memory", path);

@@ -125,6 +125,31 @@ static void check_rope_far(const dsv41_model *m) {
     CHECK(far_apart > 0, "RoPE: angles formed in double would differ at such positions (%d do)", far_apart);
 }
 
+/* The caches grow as the position needs them: decode steps across the room a new session starts
+ * with give what a session that had the room from the start gives. */
+static void check_growth(const dsv41_model *m) {
+    int32_t V = dsv41_model_vocab_size(m), n = 4090, steps = 12, *ids = malloc(4200 * sizeof *ids);
+    for (int32_t i = 0; i < 4200; i++) ids[i] = (int32_t)((i * 7919 + 5) % V);
+    float *a = malloc((size_t)V * sizeof *a), *b = malloc((size_t)V * sizeof *b);
+    dsv41_session *fresh = dsv41_session_new(m), *roomy = dsv41_session_new(m);
+    CHECK(dsv41_session_forward(roomy, ids, 4200, NULL, NULL) == 0 && dsv41_session_reset(roomy) == 0 && roomy->cap >= 4200,
+          "a session grown to 4200 positions and emptied: %s", dsv41_error());
+    CHECK(fresh->cap < n + steps, "a new session starts with room for fewer positions (%d)", fresh->cap);
+    int same = dsv41_session_forward(fresh, ids, n, a, NULL) == 0 && dsv41_session_forward(roomy, ids, n, b, NULL) == 0 &&
+               !memcmp(a, b, (size_t)V * sizeof *a);
+    for (int32_t i = 0; same && i < steps; i++)
+        same = dsv41_session_forward(fresh, &ids[n + i], 1, a, NULL) == 0 &&
+               dsv41_session_forward(roomy, &ids[n + i], 1, b, NULL) == 0 && !memcmp(a, b, (size_t)V * sizeof *a);
+    const char *diff = state_diff(fresh, roomy);
+    CHECK(same && !diff && fresh->cap >= n + steps, "decode steps across the first room: the same logits and state (%s)",
+          diff ? diff : "");
+    dsv41_session_free(fresh);
+    dsv41_session_free(roomy);
+    free(ids);
+    free(a);
+    free(b);
+}
+
 int main(void) {
     dsv41_model *m = tiny_model(64);
     CHECK(m != NULL, "the tiny model: %s", dsv41_error());
@@ -144,6 +169,10 @@ int main(void) {
         static const int32_t tiles[] = {16, 100, 512};
         check_tiles(m, 1100, tiles, 3, 3u);
     }
+    dsv41_model_free(m);
+    m = tiny_model(8192);
+    CHECK(m != NULL, "the tiny model at a context of 8192: %s", dsv41_error());
+    if (m) check_growth(m);
     dsv41_model_free(m);
     return test_summary();
 }
