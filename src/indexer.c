@@ -77,15 +77,42 @@ static void nth_element(pair *q, int32_t n, int32_t nth) {
     }
 }
 
-/* v [n] -> out [k]: the index set torch.topk(v, k) returns on CPU, in its order.
- * torch runs nth_element when k*64 > n; otherwise a partial sort, approximated by a full sort
- * that breaks ties by the lower index. */
+/* q [n] reordered so that its first k are the k first in cmp_desc's order (a total order: ties
+ * go to the lower index), in some order. Which k those are does not depend on how they are
+ * found, so a quickselect gives the set a full sort would in O(n); past its depth limit it
+ * sorts what is left. */
+static void select_first(pair *q, int32_t n, int32_t k) {
+    int32_t lo = 0, hi = n, depth = 64;
+    while (hi - lo > 16) {
+        if (depth-- == 0) break;
+        int32_t a = lo, b = lo + (hi - lo) / 2, c = hi - 1, m; /* median of three as the pivot */
+        if (cmp_desc(&q[a], &q[b]) < 0) m = cmp_desc(&q[b], &q[c]) < 0 ? b : cmp_desc(&q[a], &q[c]) < 0 ? c : a;
+        else m = cmp_desc(&q[a], &q[c]) < 0 ? a : cmp_desc(&q[b], &q[c]) < 0 ? c : b;
+        pair pivot = q[m], t;
+        q[m] = q[hi - 1];
+        q[hi - 1] = pivot;
+        int32_t s = lo;
+        for (int32_t i = lo; i < hi - 1; i++)
+            if (cmp_desc(&q[i], &pivot) < 0) { t = q[i]; q[i] = q[s]; q[s] = t; s++; }
+        q[hi - 1] = q[s];
+        q[s] = pivot;
+        if (s == k || s + 1 == k) return;
+        if (s > k) hi = s;
+        else lo = s + 1;
+    }
+    qsort(q + lo, (size_t)(hi - lo), sizeof *q, cmp_desc);
+}
+
+/* v [n] -> out [k]: the index set torch.topk(v, k) returns on CPU, in its order where the order
+ * matters. torch runs nth_element when k*64 > n, reproduced step for step (its ties depend on
+ * it); otherwise a partial sort, whose set is the first k by value with ties to the lower
+ * index, in an order no caller uses (they sort the indices or take the set). */
 void topk_torch_cpu(const float *v, int32_t n, int32_t k, int32_t *out) {
     scratch_mark mark = scratch_begin();
     pair *q = scratch_bytes((size_t)n * sizeof *q);
     for (int32_t i = 0; i < n; i++) q[i] = (pair){v[i], i};
     if ((int64_t)k * 64 > n) nth_element(q, n, k - 1);
-    else qsort(q, (size_t)n, sizeof *q, cmp_desc);
+    else select_first(q, n, k);
     for (int32_t i = 0; i < k; i++) out[i] = q[i].i;
     scratch_end(mark);
 }
