@@ -9,12 +9,15 @@
 #include <math.h>
 #include <string.h>
 
-#include "json.h"
 #include "filler.h"
+#include "json.h"
+#include "pool.h"
 #include "testing.h"
 
-/* tiny.json with max_seq_len set to ctx */
-static dsv41_model *tiny_model(int32_t ctx) {
+/* tiny.json with max_seq_len set to ctx; with `real`, V4.1-Flash's candidate settings (2,048
+ * blocks of 8, so candidates select past 16,384 entries) and one index head, which keeps the
+ * scoring of such prompts quick */
+static dsv41_model *tiny_model(int32_t ctx, int real) {
     FILE *f = fopen("models/tiny.json", "rb");
     if (!f) return NULL;
     char text[1 << 14];
@@ -28,6 +31,11 @@ static dsv41_model *tiny_model(int32_t ctx) {
     json_free(j);
     if (rc) return NULL;
     c.max_seq_len = ctx;
+    if (real) {
+        c.candidate_topk_blocks = 2048;
+        c.candidate_block_size = 8;
+        c.index_n_heads = 1;
+    }
     dsv41_model *m = model_from_rule(&c);
     if (!m) config_free(&c);
     return m;
@@ -150,8 +158,44 @@ static void check_growth(const dsv41_model *m) {
     free(b);
 }
 
+/* Past the real candidate window: a prompt of 16,450 positions (the candidate layer selects 2,048
+ * of its 2,057 blocks), prefilled in tiles of 512 rows at the default threads and kernels, and in
+ * tiles of 3,000 on one thread with the scalar kernels, then decode steps: the same bits. The
+ * tiles were checked against the whole call above; a whole call here would hold 1 GB of scores. */
+static void check_far(const dsv41_model *m) {
+    int32_t n = 16450, V = dsv41_model_vocab_size(m), threads = pool_threads(), *ids = malloc((size_t)n * sizeof *ids);
+    uint32_t seed = 11;
+    for (int32_t i = 0; i < n; i++) ids[i] = (int32_t)((seed = seed * 1664525u + 1013904223u) >> 8) % V;
+    float *a = malloc((size_t)V * sizeof *a), *b = malloc((size_t)V * sizeof *b);
+    dsv41_session *x = dsv41_session_new(m), *y = dsv41_session_new(m);
+    int ok = dsv41_session_forward(x, ids, n, a, NULL) == 0;
+    ok = ok && dsv41_set_threads(1) == 0 && dsv41_set_kernels("scalar") == 0 && dsv41_session_set_prefill_rows(y, 3000) == 0 &&
+         dsv41_session_forward(y, ids, n, b, NULL) == 0;
+    const char *diff = ok ? state_diff(x, y) : "a call";
+    CHECK(ok && !memcmp(a, b, (size_t)V * sizeof *a) && !diff, "16,450 positions, real candidate blocks: the prefill (%s)",
+          diff ? diff : "logits");
+    CHECK(x->shared.cand_rows == n && x->shared.cand[(int64_t)(n - 1) * 2048 + 2047] >= 0 &&
+              cand_blocks(&m->cfg, x->shared.cand_width) == 2048,
+          "the last row keeps 2,048 blocks");
+    int same = ok;
+    for (int32_t i = 0; same && i < 4; i++) {
+        int32_t next = ids[i];
+        same = dsv41_session_forward(y, &next, 1, b, NULL) == 0 && dsv41_set_kernels(NULL) == 0 &&
+               dsv41_set_threads(threads) == 0 && dsv41_session_forward(x, &next, 1, a, NULL) == 0 &&
+               !memcmp(a, b, (size_t)V * sizeof *a) && dsv41_set_threads(1) == 0 && dsv41_set_kernels("scalar") == 0;
+    }
+    CHECK(same && !state_diff(x, y), "16,450 positions: the decode steps after it");
+    dsv41_set_kernels(NULL);
+    dsv41_set_threads(threads);
+    dsv41_session_free(x);
+    dsv41_session_free(y);
+    free(ids);
+    free(a);
+    free(b);
+}
+
 int main(void) {
-    dsv41_model *m = tiny_model(64);
+    dsv41_model *m = tiny_model(64, 0);
     CHECK(m != NULL, "the tiny model: %s", dsv41_error());
     if (m) {
         static const int32_t tiles[] = {1, 2, 3, 6, 8, 10, 30};
@@ -163,16 +207,20 @@ int main(void) {
         dsv41_session_free(s);
     }
     dsv41_model_free(m);
-    m = tiny_model(1200);
+    m = tiny_model(1200, 0);
     CHECK(m != NULL, "the tiny model at a context of 1200: %s", dsv41_error());
     if (m) {
         static const int32_t tiles[] = {16, 100, 512};
         check_tiles(m, 1100, tiles, 3, 3u);
     }
     dsv41_model_free(m);
-    m = tiny_model(8192);
+    m = tiny_model(8192, 0);
     CHECK(m != NULL, "the tiny model at a context of 8192: %s", dsv41_error());
     if (m) check_growth(m);
+    dsv41_model_free(m);
+    m = tiny_model(16600, 1);
+    CHECK(m != NULL, "the tiny model with the real candidate settings: %s", dsv41_error());
+    if (m) check_far(m);
     dsv41_model_free(m);
     return test_summary();
 }
