@@ -177,7 +177,7 @@ static int forward_rows(const batch_seq *seq, int32_t count, int64_t T, const in
     }
     /* the head runs over the rows wanted, a tile of them at a time: sampling needs only each
      * session's last position; a trace or `all` asks for every one, a session without logits
-     * for none. Session i's wanted rows are rows [hrow[i], hrow[i] + n_i) of the R wanted. */
+     * for none. Session i's wanted rows are rows [wrow[i], wrow[i] + n_i) of the R wanted. */
     int64_t V = c->vocab_size, R = 0, *first = scratch_i64(count), *wrow = scratch_i64(count);
     for (int32_t i = 0; i < count; i++) {
         int want = tr || logits[i];
