@@ -312,13 +312,7 @@ static timing time_prefill(const dsv41_model *m, int32_t n) {
     return r;
 }
 
-/* compressed KV and index keys per token of context (f32 in the caches), plus the n-gram id */
-static double kv_bytes_per_token(const config *c) {
-    double b = 8.0;
-    for (int l = 0; l < c->n_layers; l++)
-        if (c->is_kv_source[l]) b += 4.0 * (c->head_dim + c->index_head_dim) / c->compress_ratio[l];
-    return b;
-}
+static double kv_bytes_per_token(const config *c) { return cache_bytes_per_token(c, 0); }
 
 double bench_peak_rss(void) {
     struct rusage ru;

@@ -1,4 +1,5 @@
-/* inspect.c - what a model is made of, and what one decoded token reads from it. */
+/* inspect.c - what a model is made of, what one decoded token reads from it, and what a token of
+ * context takes in cache. */
 #include <stdio.h>
 #include <string.h>
 
@@ -125,4 +126,17 @@ void dsv41_model_describe(const dsv41_model *m, FILE *out) {
     fprintf(out, "one decoded token reads %s of weights (dense layers, %d of %d experts per layer, "
                  "one embedding row, engram rows, the head)\n", human(model_decode_bytes(m), hb, sizeof hb),
             c->n_activated_experts, c->n_routed_experts);
+    fprintf(out, "cache per token of context: %.0f bytes as held (f32), %.0f at the release's precision (FP4 compressed "
+                 "KV and index keys)\n", cache_bytes_per_token(c, 0), cache_bytes_per_token(c, 1));
+}
+
+double cache_bytes_per_token(const config *c, int release) {
+    double b = release ? 0.0 : 8.0;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (!c->is_kv_source[l]) continue;
+        double kv = release ? c->head_dim / 2.0 + c->head_dim / 16.0 : 4.0 * c->head_dim;
+        double ik = release ? c->index_head_dim / 2.0 + c->index_head_dim / 32.0 : 4.0 * c->index_head_dim;
+        b += (kv + ik) / c->compress_ratio[l];
+    }
+    return b;
 }

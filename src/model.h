@@ -111,6 +111,11 @@ uint64_t linear_macs(void);
  * variant: what this rank reads on average, with its shares of experts, table rows and head. */
 size_t model_decode_bytes(const dsv41_model *m);
 double part_decode_bytes(const dsv41_model *m);
+/* Bytes of cache per token of context: the compressed KV and index keys of the kv sources as
+ * dsv41 holds them (f32, plus the n-gram id), or (release) packed at the precision the release
+ * rounds them to: FP4 e2m1 latents with an e4m3 scale per 16, FP4 index keys with a ue8m0 scale
+ * per 32 (890 bytes on V4.1-Flash). */
+double cache_bytes_per_token(const config *c, int release);
 /* Bytes of w's elements and its block scales. */
 size_t weight_bytes(const weight *w);
 /* Element (r, c) of w as f32 (embedding rows, table gathers). */
