@@ -13,7 +13,7 @@
 typedef struct {
     const char *dir;           /* -m: checkpoint directory, NULL: the built-in model (--ids only) */
     const char *prompt, *file; /* -p TEXT or -f FILE: the user message of run */
-    const char *ids;           /* --ids A,B,C: a prompt of token ids */
+    const char *ids;           /* --ids A,B,C, @FILE or - (stdin): a prompt of token ids */
     const char *think, *system;
     int32_t effort;            /* --think as 1..100 (low 50, high 75, max 100), 0: chat mode */
     str_list stops;            /* --stop strings */
@@ -28,6 +28,9 @@ typedef struct {
 
 /* Parses run's (chat = 0) or chat's flags into o; returns -1 to go on, else the exit status. */
 int gen_parse(int chat, int argc, char **argv, gen_opts *o);
+/* The ids of --ids (ids.c): inline "A,B,C", "@FILE" or "-" (stdin), separated by commas and/or
+ * white space, optionally in [ ]; *ids is malloc'd. 0, or -1 after a one-line error. */
+int ids_read(const char *spec, int32_t **ids, int32_t *n);
 /* Prints a seed taken from the clock on stderr, so that a sampled run can be repeated. */
 void gen_note_seed(const gen_opts *o);
 

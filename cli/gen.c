@@ -31,7 +31,8 @@ int gen_parse(int chat, int argc, char **argv, gen_opts *o) {
     t[n++] = (cli_opt){"-m|--model", "DIR", OPT_STR, &o->dir, 0, 0, NULL, chat ? NULL : "the built-in tiny model (--ids only)",
                        "checkpoint directory (config.json, safetensors, tokenizer.json)"};
     if (!chat) {
-        t[n++] = (cli_opt){"--ids", "A,B,C", OPT_STR, &o->ids, 0, 0, NULL, NULL, "a prompt of token ids; prints the generated ids"};
+        t[n++] = (cli_opt){"--ids", "A,B,C|@FILE|-", OPT_STR, &o->ids, 0, 0, NULL, NULL,
+                           "a prompt of token ids, inline, in FILE or on stdin (-); prints the generated ids"};
         t[n++] = (cli_opt){"-p|--prompt", "TEXT", OPT_STR, &o->prompt, 0, 0, NULL, NULL, "the user message, rendered as a V4.1 chat"};
         t[n++] = (cli_opt){"-f|--file", "FILE", OPT_STR, &o->file, 0, 0, NULL, NULL, "read the user message from FILE"};
     }

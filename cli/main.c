@@ -1,6 +1,7 @@
 /* main.c - the dsv41 command-line program: the subcommand table and the commands that are
  * one library call each. It uses only the public header. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "commands.h"
@@ -122,13 +123,15 @@ static int cmd_synth(int argc, char **argv) {
 }
 
 static int cmd_bench(int argc, char **argv) {
-    const char *dir = NULL, *kernels = NULL;
-    int32_t threads = 0, parallel = 0;
+    const char *dir = NULL, *kernels = NULL, *ctx_list = NULL;
+    int32_t threads = 0, parallel = 0, ctxs[64], n_ctxs = 0;
     int json = 0;
     const cli_opt opts[] = {
         {"-m|--model", "DIR", OPT_STR, &dir, 0, 0, NULL, OPT_REQUIRED, "the checkpoint to measure"},
         {"-t|--threads", "N", OPT_I32, &threads, 1, 256, NULL, "one per core", "the second thread count measured"},
         {"--parallel", "N", OPT_I32, &parallel, 1, 256, NULL, "none", "also decode N sessions batched, beside one"},
+        {"--ctx", "N[,N...]", OPT_STR, &ctx_list, 0, 0, NULL, "none",
+         "instead: a prefill of N tokens, the decode after it and the peak memory, for each N"},
         {"--json", NULL, OPT_FLAG, &json, 0, 0, NULL, "a table", "print one JSON object"},
         OPT_KERNELS(&kernels),
     };
@@ -142,9 +145,24 @@ static int cmd_bench(int argc, char **argv) {
     int rc = args_parse(&cmd, argc, argv);
     if (rc >= 0) return rc;
     if (use_kernels(kernels)) return 2;
+    for (const char *p = ctx_list; p && *p; n_ctxs++) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > 0x7FFFFFFF || (*end && *end != ',') || n_ctxs == 64 || (*end == ',' && !end[1])) {
+            fprintf(stderr, "dsv41: bench: --ctx wants up to 64 comma-separated positive token counts, not '%s'\n", ctx_list);
+            return 2;
+        }
+        ctxs[n_ctxs] = (int32_t)v;
+        p = *end ? end + 1 : end;
+    }
+    if (ctx_list && (n_ctxs == 0 || parallel)) {
+        fprintf(stderr, "dsv41: bench: %s\n", n_ctxs ? "--ctx and --parallel measure different things: give one"
+                                                      : "--ctx wants at least one token count");
+        return 2;
+    }
     dsv41_model *m = load_model(dir);
     if (!m) return fail();
-    rc = dsv41_bench(m, threads, parallel, json, stdout);
+    rc = dsv41_bench(m, threads, parallel, ctxs, n_ctxs, json, stdout);
     dsv41_model_free(m);
     return rc ? fail() : 0;
 }

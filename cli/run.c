@@ -1,6 +1,5 @@
 /* run.c - `dsv41 run`: a prompt of token ids (--ids) or of text (-p / -f, through chat.c's
  * run_text); its flags are gen.c's, shared with chat. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,20 +7,6 @@
 
 #include "clock.h"
 #include "commands.h"
-
-/* "2,17,47" -> ids [cap]; returns the count or -1 */
-static int parse_ids(const char *s, int32_t *ids, int cap) {
-    int n = 0;
-    while (*s) {
-        char *end;
-        errno = 0;
-        long v = strtol(s, &end, 10);
-        if (end == s || errno || v < 0 || v > 0x7FFFFFFF || n == cap || (*end && *end != ',')) return -1;
-        ids[n++] = (int32_t)v;
-        s = *end ? end + 1 : end;
-    }
-    return n;
-}
 
 static int fail(const char *what) {
     fprintf(stderr, "dsv41: %s\n", what);
@@ -31,12 +16,8 @@ static int fail(const char *what) {
 /* Prefills the ids and samples n_new more (greedy unless told), printing them as one line of
  * comma-separated ids. Stops at the context with a note; Ctrl-C exits 130 (128 + the signal). */
 static int run_ids(const gen_opts *o) {
-    int cap = 1;
-    for (const char *p = o->ids; *p; p++) cap += *p == ',';
-    int32_t *hist = malloc((size_t)cap * sizeof *hist);
-    if (!hist) return fail("out of memory");
-    int n_ids = parse_ids(o->ids, hist, cap);
-    if (n_ids <= 0) { free(hist); return fail("run: --ids wants comma-separated non-negative integers"); }
+    int32_t *hist, n_ids;
+    if (ids_read(o->ids, &hist, &n_ids)) return 1;
     progress_on();
     dsv41_model *m = o->dir ? dsv41_model_load(o->dir) : dsv41_model_builtin();
     if (!m) { free(hist); return fail(dsv41_error()); }

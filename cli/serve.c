@@ -91,7 +91,9 @@ int cmd_serve(int argc, char **argv) {
     sv.slot_dir = slot_dir ? slot_real : NULL;
     sv.slot_dirfd = slot_fd;
     sv.api_key = key;
-    sv.body_limit = 8u << 20;
+    /* a prompt of token ids as long as the context must fit: 16 bytes an id is room for
+     * "129279, " and then some */
+    sv.body_limit = (size_t)sv.ctx * 16 > (8u << 20) ? (size_t)sv.ctx * 16 : 8u << 20;
     pthread_mutex_init(&sv.mu, NULL);
 
     /* blocked here, before any thread starts, so every thread inherits the mask */

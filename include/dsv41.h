@@ -135,6 +135,12 @@ void dsv41_session_set_progress(dsv41_session *s, void (*fn)(void *ctx, int32_t 
  * -1 with dsv41_error() "forward: cancelled". A request made while no call runs has no
  * effect, and neither has one on a model split over ranks (its ranks run every call in step). */
 void dsv41_session_cancel(dsv41_session *s);
+/* A prefill longer than `rows` (default 512) goes through each layer that many rows at a time
+ * (rounded down to a multiple of the compress ratios), so that beyond the weights and the
+ * caches it holds only its residual stream and a working set of `rows` rows. The results are
+ * the same bit for bit at any setting; fewer rows take less memory and, below a few hundred,
+ * more time. Not on a model split over ranks. 0, or -1 for rows < 1. */
+int dsv41_session_set_prefill_rows(dsv41_session *s, int32_t rows);
 
 /* ---- sampling */
 typedef struct {

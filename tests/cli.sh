@@ -134,6 +134,35 @@ python3 -c 'import json, sys; c = json.load(open("models/tiny.json")); c.update(
 expect_error "a config whose n_heads*head_dim overflows" "$dsv41" synth --config "$tmp/wide.json" -o "$tmp/wide"
 expect_error "run with a bad id list" "$dsv41" run --ids 2,x
 expect_error "run with an id outside the vocabulary" "$dsv41" run --ids 2,64 -n 1
+# --ids @FILE and --ids - (stdin): the same prompt as inline, in any of the separators, past
+# the size the system allows one argument (here padded with spaces to 200 KB)
+want=$("$dsv41" run --ids 2,17,47,5,9 -n 6 2>/dev/null)
+printf '[2, 17,\n47 5\t9]\n' >"$tmp/ids.json"
+[ -n "$want" ] && [ "$("$dsv41" run --ids @"$tmp/ids.json" -n 6 2>/dev/null)" = "$want" ] && ok || bad "run --ids @FILE"
+printf '2 17 47 5 9' | "$dsv41" run --ids - -n 6 2>/dev/null >"$tmp/out" && [ "$(cat "$tmp/out")" = "$want" ] && ok ||
+    bad "run --ids -"
+python3 -c 'import sys; sys.stdout.write("2," + " " * 200000 + "17,47,5,9\n")' >"$tmp/wide_ids"
+[ "$("$dsv41" run --ids @"$tmp/wide_ids" -n 6 2>/dev/null)" = "$want" ] && ok || bad "run --ids @FILE of 200 KB"
+# case|word the one-line message must name|the file's bytes (a printf format)
+while IFS='|' read -r case word bytes; do
+    printf "$bytes" >"$tmp/ids_case"
+    expect_error "run --ids @FILE: $case" "$dsv41" run --ids @"$tmp/ids_case" -n 1
+    grep -qF -- "$word" "$tmp/err" || bad "run --ids @FILE: $case: the message does not name '$word': $(cat "$tmp/err")"
+done <<'IDS'
+empty|no token ids|
+only spaces|no token ids|  \n\n
+empty brackets|no token ids|[ ]
+a word|'x' (id 2)|2,x,3
+a negative id|'-1'|2 -1
+an id past int32|'99999999999'|99999999999
+two commas|(id 2)|2,,3
+a trailing comma|a comma after id 2|2,3,
+an open bracket|closing ']'|[2,3
+a NUL byte|NUL|2\0003
+IDS
+expect_error "run --ids @ a missing file" "$dsv41" run --ids @"$tmp/nonesuch" -n 1
+grep -qF "nonesuch" "$tmp/err" || bad "the missing file is named: $(cat "$tmp/err")"
+expect_error "run --ids @ a directory" "$dsv41" run --ids @"$tmp" -n 1
 expect_error "run with an unknown flag" "$dsv41" run --bogus
 expect_error "unknown command" "$dsv41" frobnicate
 
@@ -253,5 +282,15 @@ printf '%s\n' "$out" | grep -q '^  decode at    16, 2 streams batched: .* tok/s 
 printf '%s\n' "$out" | grep -q '^  projections alone, weights in cache: .* ms a step for one stream, .* ms for 2  (.*x)$' &&
     ok || bad "bench --parallel 2: no line of the projections alone"
 expect_error "bench --parallel 0" "$dsv41" bench -m "$tmp/bm" --parallel 0
+# bench --ctx: a prefill of each length, the decode after it and the peak memory of each
+out=$("$dsv41" bench -m "$tmp/bm" -t 2 --ctx 64,300 --json 2>/dev/null)
+printf '%s' "$out" | python3 -c 'import json, sys; p = json.load(sys.stdin)["long_context"]
+sys.exit(not ([e["ctx"] for e in p] == [64, 300] and all(e["prefill_tokens_per_s"] > 0 and e["decode_tokens_per_s"] > 0 and
+              e["peak_rss_mb"] > 1 for e in p)))' && ok || bad "bench --ctx 64,300 --json: '$out'"
+"$dsv41" bench -m "$tmp/bm" -t 1 --ctx 40 2>/dev/null | grep -q '^  context      40: prefill .* tok/s  decode after it .* tok/s  peak resident memory .* MB$' &&
+    ok || bad "bench --ctx 40: no line for the context"
+for v in 0 5,,3 5, x; do expect_error "bench --ctx $v" "$dsv41" bench -m "$tmp/bm" --ctx "$v"; done
+expect_error "bench --ctx past max_seq_len" "$dsv41" bench -m "$tmp/bm" --ctx 2040
+expect_error "bench --ctx with --parallel" "$dsv41" bench -m "$tmp/bm" --ctx 64 --parallel 2
 
 finish

@@ -118,7 +118,7 @@ static void test_components(const dsv41_model *m, const json *root) {
         CHECK(cmp_f32(rg, "L0.attn_in", R, x, 3, sd), "%s: hc_pre + attn_norm", rg);
 
         dsv41_trace_clear(tr);
-        attention_forward(&(batch_seq){s, 0, T}, 1, 0, attn_in, T, y, tr);
+        attention_forward(&(batch_seq){s, 0, T, 0, T}, 1, 0, attn_in, T, y, tr);
         CHECK(cmp_f32(rg, "L0.attn_out", R, y, 3, sd), "%s: attention on L0.attn_in", rg);
         CHECK(cmp_trace(rg, "L0.sa_q", R, tr) && cmp_trace(rg, "L0.sa_kv", R, tr) &&
                   cmp_trace(rg, "L0.sa_topk_idxs", R, tr) && cmp_trace(rg, "L0.sa_o", R, tr),

@@ -136,6 +136,39 @@ static void test_topk_ties(void) {
     }
 }
 
+/* Rows long enough for torch's partial sort (k * 64 <= n): the set is the first k by value, ties
+ * to the lower index. Checked against a count of what beats each entry, on rows of few distinct
+ * values (ties everywhere), NaN and -inf among them. */
+static void test_topk_long(void) {
+    static float v[40000];
+    static int32_t got[600];
+    static uint8_t in[40000];
+    uint32_t seed = 7;
+    int bad = 0;
+    for (int rep = 0; rep < 6; rep++) {
+        int32_t n = rep < 3 ? 40000 : 33000 + 777 * rep, k = rep % 2 ? 512 : 60; /* k * 64 <= n */
+        for (int32_t i = 0; i < n; i++) {
+            seed = seed * 1664525u + 1013904223u;
+            uint32_t r = (seed >> 9) % (rep == 5 ? 3 : 50);
+            v[i] = r == 0 ? -INFINITY : r == 1 && rep == 4 ? NAN : (float)r * 0.25f;
+        }
+        topk_torch_cpu(v, n, k, got);
+        memset(in, 0, (size_t)n);
+        for (int32_t j = 0; j < k; j++) in[got[j]] = 1;
+        /* i is in the set iff fewer than k entries come before it: greater (NaN greatest), or
+         * equal at a lower index */
+        for (int32_t i = 0; i < n; i++) {
+            int32_t above = 0;
+            for (int32_t j = 0; j < n && above < k; j++) {
+                int jn = isnan(v[j]), in_ = isnan(v[i]);
+                above += (jn && !in_) || (!jn && !in_ && v[j] > v[i]) || (j < i && jn == in_ && (jn || v[j] == v[i]));
+            }
+            bad += (above < k) != in[i];
+        }
+    }
+    CHECK(bad == 0, "top-k of long rows: %d entries in or out of the set wrongly", bad);
+}
+
 static void test_sinkhorn(void) {
     float mix[24], scale[3] = {1.0f, 1.0f, 1.0f}, base[24] = {0}, pre[4], post[4], comb[16];
     for (int i = 0; i < 24; i++) mix[i] = sinf((float)i * 1.7f) * 2.0f;
@@ -161,6 +194,7 @@ int main(void) {
     test_fake_quant();
     test_filler();
     test_topk_ties();
+    test_topk_long();
     test_sinkhorn();
     return test_summary();
 }

@@ -157,6 +157,17 @@ static void test_damage(const dsv41_model *m) {
         free(f);
         CHECK(refused(b, ref, bad, V) && strstr(dsv41_error(), crafted[i].msg), "crafted case %zu: %s", i, dsv41_error());
     }
+    { /* a candidate mask that is part of a block (its last entry toggled), with a valid checksum */
+        uint8_t *f = malloc(n);
+        memcpy(f, bytes, n);
+        f[n - 9] ^= 1;
+        uint64_t sum = checksum64(f, n - 8);
+        for (int b = 0; b < 8; b++) f[n - 8 + b] = (uint8_t)(sum >> 8 * b);
+        write_bytes(bad, f, n);
+        free(f);
+        CHECK(refused(b, ref, bad, V) && strstr(dsv41_error(), "sizes"), "a candidate mask of part of a block is refused: %s",
+              dsv41_error());
+    }
     char missing[128];
     snprintf(missing, sizeof missing, "%s/none.session", tmpdir);
     CHECK(refused(b, ref, missing, V) && strstr(dsv41_error(), missing), "a missing file: %s", dsv41_error());

@@ -252,13 +252,27 @@ static int walk_state(stream *st, dsv41_session *s, const counts *k, int apply) 
             walk_array(st, L->kv_state, ratio * hd, 4, apply) || walk_array(st, L->score_state, ratio * hd, 4, apply))
             return -1;
     }
-    size_t nt = (size_t)k->topk_rows * (size_t)k->topk_width, nc = (size_t)k->cand_rows * (size_t)k->cand_width;
+    size_t nt = (size_t)k->topk_rows * (size_t)k->topk_width, w = (size_t)k->cand_width;
     if (walk_array(st, s->shared.topk, nt, 4, apply)) return -1;
-    if (st->f) { out_bytes(st, s->shared.cand, nc); return 0; }
-    const uint8_t *b = in_bytes(st, nc);
-    if (!b) return -1;
-    if (apply && nc) memcpy(s->shared.cand, b, nc);
-    return 0;
+    /* the file holds the mask of every entry; the session the blocks each row keeps (checked
+     * to be whole blocks, as many as a row keeps, before a load applies them) */
+    if (!k->cand_rows) return 0;
+    size_t kb = (size_t)cand_blocks(c, k->cand_width);
+    void *row = malloc(st->f ? w : kb * sizeof(int32_t));
+    if (!row) return st->failed = 1, set_error("session: out of memory");
+    int rc = 0;
+    for (int32_t r = 0; rc == 0 && r < k->cand_rows; r++) {
+        int32_t *kept = apply ? s->shared.cand + (size_t)r * kb : row;
+        if (st->f) {
+            cand_mask(c, s->shared.cand + (size_t)r * kb, k->cand_width, row);
+            out_bytes(st, row, w);
+        } else {
+            const uint8_t *b = in_bytes(st, w);
+            rc = !b || cand_from_mask(c, b, k->cand_width, kept) ? -1 : 0;
+        }
+    }
+    free(row);
+    return rc;
 }
 
 /* ---- save */
@@ -411,8 +425,10 @@ int dsv41_session_load_data(dsv41_session *s, const char *path, void **data, siz
         set_error("session: %s: a top-k entry points outside the cache", path);
         goto out;
     }
-    if ((data && dn && !(copy = malloc(dn))) || buffer_grow((void **)&s->shared.topk, &s->shared.topk_cap, nt) ||
-        buffer_grow((void **)&s->shared.cand, &s->shared.cand_cap, nc)) {
+    if ((data && dn && !(copy = malloc(dn))) || session_reserve(s, k.pos) ||
+        buffer_grow((void **)&s->shared.topk, &s->shared.topk_cap, nt) ||
+        buffer_grow((void **)&s->shared.cand, &s->shared.cand_cap,
+                    (size_t)k.cand_rows * (k.cand_rows ? cand_blocks(c, k.cand_width) : 0) * sizeof *s->shared.cand)) {
         set_error("session: %s: out of memory", path);
         goto out;
     }

@@ -208,24 +208,39 @@ typedef struct {
     float *iw;    /* index source: [T][index_n_heads] idx_weights_proj x, else NULL */
 } attn_rows;
 
-/* Write this call's KV rows into the ring and return the rows attention reads, *n of them: the
- * chunk itself in a prefill, the whole ring in a decode. idx [T][stride] gets the window indices. */
-static const float *window_update(dsv41_session *s, int32_t l, const float *kv, int64_t T, int32_t *idx,
-                                  int32_t stride, int32_t *n) {
+/* The window rows before a prefill tile starting at row `at` that its first row sees. */
+static int64_t window_before(int64_t at, int32_t W) { return at < W - 1 ? at : W - 1; }
+
+/* Write this call's KV rows into the ring and return the rows attention reads, *n of them: in a
+ * prefill the tile's own rows after the window rows before it (from the ring, where the tiles
+ * before wrote them), in a decode the whole ring. idx [T][stride] gets the window indices. */
+static const float *window_update(const batch_seq *sq, int32_t l, const float *kv, int32_t *idx, int32_t stride,
+                                  int32_t *n) {
+    dsv41_session *s = sq->s;
     const config *c = &s->m->cfg;
     int32_t W = c->window_size, hd = c->head_dim, pos = s->pos;
+    int64_t T = sq->T, at = sq->at;
+    size_t row = (size_t)hd * sizeof *kv;
     float *ring = s->layers[l].window;
     if (pos == 0) {
-        for (int64_t p = T > W ? T - W : 0; p < T; p++) memcpy(ring + (p % W) * hd, kv + p * hd, (size_t)hd * sizeof *kv);
-        int32_t width = T < W ? (int32_t)T : W;
-        for (int64_t t = 0; t < T; t++) {
-            int64_t base = t - W + 1 > 0 ? t - W + 1 : 0;
-            for (int32_t j = 0; j < width; j++) idx[t * stride + j] = base + j <= t ? (int32_t)(base + j) : -1;
+        int64_t prev = window_before(at, W);
+        const float *rows = kv;
+        if (prev > 0) { /* read before the tile's rows overwrite the ring */
+            float *r = scratch_f32((prev + T) * hd);
+            for (int64_t p = at - prev; p < at; p++) memcpy(r + (p - at + prev) * hd, ring + (p % W) * hd, row);
+            memcpy(r + prev * hd, kv, (size_t)T * row);
+            rows = r;
         }
-        *n = (int32_t)T;
-        return kv;
+        for (int64_t p = at + T - W > at ? at + T - W : at; p < at + T; p++) memcpy(ring + (p % W) * hd, kv + (p - at) * hd, row);
+        int32_t width = prev + T < W ? (int32_t)(prev + T) : W;
+        for (int64_t t = 0; t < T; t++) {
+            int64_t g = at + t, base = g - W + 1 > 0 ? g - W + 1 : 0;
+            for (int32_t j = 0; j < width; j++) idx[t * stride + j] = base + j <= g ? (int32_t)(base + j - at + prev) : -1;
+        }
+        *n = (int32_t)(prev + T);
+        return rows;
     }
-    memcpy(ring + (pos % W) * hd, kv, (size_t)hd * sizeof *kv);
+    memcpy(ring + (pos % W) * hd, kv, row);
     for (int32_t j = 0; j < W; j++) {
         int32_t slot = (pos % W + 1 + j) % W;
         idx[j] = slot > pos ? -1 : slot;
@@ -238,24 +253,26 @@ static const float *window_update(dsv41_session *s, int32_t l, const float *kv, 
  * first row): RoPE at its positions, its window ring, compressor and indexer, and the job of
  * its sparse attention over its own caches into o [T][H][hd]. The job's indices and rows stay
  * in the caller's scratch. */
-static attn_job attend(dsv41_session *s, int32_t l, const attn_rows *p, int64_t T, float *o, dsv41_trace *tr) {
+static attn_job attend(const batch_seq *sq, int32_t l, const attn_rows *p, float *o, dsv41_trace *tr) {
+    dsv41_session *s = sq->s;
     const dsv41_model *m = s->m;
     const config *c = &m->cfg;
     const layer_weights *L = &m->layers[l];
     int32_t H = c->n_heads, hd = c->head_dim, rd = c->rope_head_dim, W = c->window_size, ratio = c->compress_ratio[l];
     int32_t pos = s->pos;
+    int64_t T = sq->T, first = pos + sq->at; /* the position of the first row */
     const rope_table *rt = ratio ? &m->rope_yarn : &m->rope_plain;
-    int64_t clen = ratio ? (pos + T) / ratio : 0;
-    /* the indexer's top-k never holds more than the compressed entries so far */
-    int32_t wwidth = pos == 0 ? (int32_t)(T < W ? T : W) : W, cmax = (int32_t)(c->index_topk < clen ? c->index_topk : clen);
-    int32_t stride = wwidth + cmax;
+    int64_t clen = ratio ? (first + T) / ratio : 0, cend = ratio ? (pos + sq->call_T) / ratio : 0;
+    /* the indexer's top-k never holds more than the compressed entries of the whole call */
+    int32_t wwidth = pos == 0 ? (int32_t)(window_before(sq->at, W) + T < W ? window_before(sq->at, W) + T : W) : W;
+    int32_t cmax = (int32_t)(c->index_topk < cend ? c->index_topk : cend), stride = wwidth + cmax;
     int32_t *idx = scratch_i32(T * stride);
     float *q = p->q, *kv = p->kv;
-    rope_rows(rt, q, T * H, H, hd, rd, pos, 0);
-    rope_rows(rt, kv, T, 1, hd, rd, pos, 0);
+    rope_rows(rt, q, T * H, H, hd, rd, first, 0);
+    rope_rows(rt, kv, T, 1, hd, rd, first, 0);
     pool_run(T * hd / 32, 64, fp8_fake_quant_range, kv);
     int32_t nrows, width = wwidth;
-    const float *win = window_update(s, l, kv, T, idx, stride, &nrows);
+    const float *win = window_update(sq, l, kv, idx, stride, &nrows);
 
     if (ratio) {
         shared_slots *sh = &s->shared;
@@ -265,17 +282,22 @@ static attn_job attend(dsv41_session *s, int32_t l, const attn_rows *p, int64_t 
             nlat = compressor_step(s, l, p->ckv, p->cgate, T, latent);
             sh->compress_kv = s->layers[l].ckv;
         }
-        /* the indexer scores the latent before it is rotated and quantized */
-        if (c->is_index_source[l] && clen > 0) indexer_select(s, l, p->iq, p->iw, latent, nlat, T, nrows);
+        /* the indexer scores the latent before it is rotated and quantized. It publishes the
+         * entries offset by the window rows of the whole call (a prefill's own rows), which a
+         * tile's job, whose window rows start W - 1 rows before it, shifts to its own */
+        int32_t whole = pos == 0 ? (int32_t)sq->call_T : nrows, shift = nrows - whole;
+        if (c->is_index_source[l] && clen > 0) indexer_select(sq, l, p->iq, p->iw, latent, nlat, whole);
         if (nlat > 0) {
             for (int64_t g = 0; g < nlat; g++)
-                rope_apply(rt, latent + g * hd, hd, rd, pos == 0 ? g * ratio : pos + 1 - ratio, 0);
+                rope_apply(rt, latent + g * hd, hd, rd, pos == 0 ? (first / ratio + g) * ratio : pos + 1 - ratio, 0);
             fp4_fake_quant_e4m3(latent, (size_t)(nlat * hd), 16);
-            memcpy(s->layers[l].ckv + (int64_t)(pos / ratio) * hd, latent, (size_t)(nlat * hd) * sizeof *latent);
+            memcpy(s->layers[l].ckv + (first / ratio) * hd, latent, (size_t)(nlat * hd) * sizeof *latent);
         }
-        int32_t cw = sh->topk_rows == T ? sh->topk_width : 0;
-        if (cw > 0) /* no candidates yet (a prefill too short to compress): topk may be NULL */
-            for (int64_t t = 0; t < T; t++) memcpy(idx + t * stride + wwidth, sh->topk + t * cw, (size_t)cw * sizeof *idx);
+        int32_t cw = sh->topk_rows == sq->call_T ? sh->topk_width : 0;
+        for (int64_t t = 0; t < T && cw > 0; t++) { /* none yet (a prefill too short to compress): topk may be NULL */
+            const int32_t *from = sh->topk + (sq->at + t) * cw;
+            for (int32_t j = 0; j < cw; j++) idx[t * stride + wwidth + j] = from[j] < 0 ? -1 : from[j] + shift;
+        }
         width = wwidth + cw;
     }
     if (width < stride) /* pack rows of `width` entries */
@@ -339,12 +361,12 @@ void attention_forward(const batch_seq *seq, int32_t count, int32_t l, const flo
     attn_job *jobs = scratch_bytes((size_t)count * sizeof *jobs);
     for (int32_t i = 0; i < count; i++) {
         attn_rows pi = rows_from(&p, c, seq[i].row0);
-        jobs[i] = attend(seq[i].s, l, &pi, seq[i].T, o + seq[i].row0 * H * hd, tr);
+        jobs[i] = attend(&seq[i], l, &pi, o + seq[i].row0 * H * hd, tr);
     }
     sparse_attn(jobs, count);
     trace_f32(tr, o, 4, (int64_t[]){1, T, H, hd}, "L%d.sa_o", l);
     for (int32_t i = 0; i < count; i++) /* un-rotated at each session's positions */
-        rope_rows(rt, o + seq[i].row0 * H * hd, seq[i].T * H, H, hd, c->rope_head_dim, seq[i].s->pos, 1);
+        rope_rows(rt, o + seq[i].row0 * H * hd, seq[i].T * H, H, hd, c->rope_head_dim, seq[i].s->pos + seq[i].at, 1);
     /* wo_a is block-diagonal: group g's rows see only group g's slice of every head row */
     float *part = scratch_f32(G * T * orank);
     linear_item *gitems = scratch_bytes((size_t)G * sizeof *gitems);

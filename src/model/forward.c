@@ -10,6 +10,7 @@
 
 #include "collective.h"
 #include "lead.h"
+#include "numerics.h"
 #include "scratch.h"
 
 /* The shared slots as the golden records them after a source layer: the used prefix of the
@@ -26,9 +27,13 @@ static void trace_shared(const dsv41_session *s, int32_t l, int64_t T, dsv41_tra
         trace_i32(tr, sh->topk, 3, (int64_t[]){1, sh->topk_rows, sh->topk_width}, "shared.L%d.topk_idxs", l);
     if (sh->cand_rows) {
         scratch_mark mark = scratch_begin();
-        int64_t n = (int64_t)sh->cand_rows * sh->cand_width;
+        int64_t n = (int64_t)sh->cand_rows * sh->cand_width, kb = cand_blocks(c, sh->cand_width);
         int32_t *v = scratch_i32(n);
-        for (int64_t i = 0; i < n; i++) v[i] = sh->cand[i];
+        uint8_t *keep = scratch_bytes((size_t)sh->cand_width);
+        for (int64_t r = 0; r < sh->cand_rows; r++) {
+            cand_mask(c, sh->cand + r * kb, sh->cand_width, keep);
+            for (int32_t i = 0; i < sh->cand_width; i++) v[r * sh->cand_width + i] = keep[i];
+        }
         trace_i32(tr, v, 3, (int64_t[]){1, sh->cand_rows, sh->cand_width}, "shared.L%d.candidates", l);
         scratch_end(mark);
     }
@@ -102,37 +107,69 @@ static inline int batch_valid(const batch_seq *seq, int32_t count) {
     return 1;
 }
 
+/* The residual stream of n tokens ids as the model's input: h [n][hc][dim], the embedding in
+ * every copy. */
+static void embed_rows(const dsv41_model *m, const int32_t *ids, int64_t n, float *h) {
+    int32_t hc = m->cfg.hc_mult, dim = m->cfg.dim;
+    for (int64_t t = 0; t < n; t++) {
+        float *ht = h + t * hc * dim;
+        for (int32_t d = 0; d < dim; d++) ht[d] = weight_get(&m->embed, ids[t], d);
+        for (int32_t k = 1; k < hc; k++) memcpy(ht + k * dim, ht, (size_t)dim * sizeof *h);
+    }
+}
+
+/* The rows a prefill's layers take at a time: the whole call, or for a single session's prefill
+ * longer than its tile setting, tiles of that many rows rounded down to a multiple of every
+ * compress ratio (a tile closes whole compressor groups). A trace records whole calls. */
+static int64_t call_tile(const batch_seq *seq, int32_t count, int64_t T, const dsv41_trace *tr) {
+    const dsv41_session *s = seq[0].s;
+    const config *c = &s->m->cfg;
+    if (count > 1 || s->pos > 0 || tr || T <= s->tile_rows) return T;
+    int64_t unit = 1;
+    for (int32_t l = 0; l < c->n_layers; l++) /* ratios are 0, 1 or 2 (config), so this is 1 or 2 */
+        if (c->compress_ratio[l] > 1 && unit % c->compress_ratio[l]) unit *= c->compress_ratio[l];
+    int64_t tile = s->tile_rows / unit * unit;
+    return tile > unit ? tile : unit;
+}
+
 /* One call of the reference for every session of seq: a prefill (pos 0, any n) or one decode
  * token each, their rows end to end (T in all). logits[i] (or NULL) gets session i's last
  * token's [vocab], or with `all` every token's [n][vocab]. A single session's prefill polls the
  * cancel request between layers and, when asked, empties the session and returns -1; a
- * one-token call after it runs whole (stopping inside it would leave its layers out of step). */
+ * one-token call after it runs whole (stopping inside it would leave its layers out of step).
+ *
+ * A long prefill keeps only its residual stream (and the shared top-k and candidate rows) for
+ * all of its rows: each layer works through the rows a tile at a time, in order, so what a row
+ * reads of the rows before it (the window ring, the compressed caches, the index keys) is
+ * already written, and every row computes exactly what the whole call would. Between layers
+ * the stream is bf16, as the reference keeps it (every block ends in a bf16 rounding), so it is
+ * stored as bf16 there; the first layer's tiles take their rows from the embedding. */
 static int forward_rows(const batch_seq *seq, int32_t count, int64_t T, const int32_t *const *ids,
                         float *const *logits, int all, dsv41_trace *tr) {
     DSV41_ASSERT(batch_valid(seq, count));
     const dsv41_model *m = seq[0].s->m;
     const config *c = &m->cfg;
     int32_t hc = c->hc_mult, dim = c->dim, cols = engram_cols(c), ne = c->n_engram ? c->n_engram : 1;
+    int64_t tile = call_tile(seq, count, T, tr), ncols = (int64_t)ne * cols, hrow = (int64_t)hc * dim;
     scratch_mark mark = scratch_begin();
-    int64_t *hashes = scratch_i64(T * ne * cols);
+    int64_t *hashes = scratch_i64(T * ncols);
     int32_t *all_ids = scratch_i32(T);
-    float *h = scratch_f32(T * hc * dim), *pre_mix = scratch_f32(T * hc);
-    float *x = scratch_f32(T * dim), *xn = scratch_f32(T * dim);
+    float *h = scratch_f32((tile < T ? tile : T) * hrow), *pre_mix = scratch_f32(T * hc);
+    uint16_t *hb = tile < T ? scratch_bytes((size_t)(T * hrow) * sizeof *hb) : NULL; /* [T][hc][dim] between layers */
 
     for (int32_t i = 0; i < count; i++) { /* the n-gram hashes read each session's own history */
         memcpy(all_ids + seq[i].row0, ids[i], (size_t)seq[i].T * sizeof *all_ids);
-        if (c->n_engram) engram_hash(seq[i].s, ids[i], seq[i].T, hashes + seq[i].row0 * ne * cols);
+        if (c->n_engram) engram_hash(seq[i].s, ids[i], seq[i].T, hashes + seq[i].row0 * ncols);
     }
     trace_i32(tr, all_ids, 2, (int64_t[]){1, T}, "input_ids");
     if (c->n_engram) trace_i64(tr, hashes, 4, (int64_t[]){1, T, c->n_engram, cols}, "engram_hashes");
-    for (int64_t t = 0; t < T; t++) {
-        for (int32_t d = 0; d < dim; d++) x[t * dim + d] = weight_get(&m->embed, all_ids[t], d);
-        for (int32_t k = 0; k < hc; k++) {
-            memcpy(h + (t * hc + k) * dim, x + t * dim, (size_t)dim * sizeof *h);
-            pre_mix[t * hc + k] = k == 0 ? 1.0f : 0.0f;
-        }
+    for (int64_t i = 0; i < T * hc; i++) pre_mix[i] = i % hc == 0 ? 1.0f : 0.0f;
+    if (!hb) embed_rows(m, all_ids, T, h);
+    if (tr) { /* copy 0 of each row */
+        float *x = scratch_f32(T * dim);
+        for (int64_t t = 0; t < T; t++) memcpy(x + t * dim, h + t * hc * dim, (size_t)dim * sizeof *x);
+        trace_f32(tr, x, 3, (int64_t[]){1, T, dim}, "embed");
     }
-    trace_f32(tr, x, 3, (int64_t[]){1, T, dim}, "embed");
     for (int32_t l = 0; l < c->n_layers; l++) {
         dsv41_session *s0 = seq[0].s;
         if (count == 1 && s0->pos == 0 && cancelled(s0)) {
@@ -140,36 +177,63 @@ static int forward_rows(const batch_seq *seq, int32_t count, int64_t T, const in
             session_clear(s0, s0->pos + (int32_t)T); /* the layers done wrote rows up to pos + T */
             return set_error("forward: cancelled");
         }
-        block(seq, count, l, T, hashes, h, pre_mix, tr);
+        if (!hb) block(seq, count, l, T, hashes, h, pre_mix, tr);
+        for (int64_t r0 = 0; hb && r0 < T; r0 += tile) { /* one session */
+            int64_t R = T - r0 < tile ? T - r0 : tile;
+            if (l == 0) embed_rows(m, all_ids + r0, R, h);
+            else for (int64_t i = 0; i < R * hrow; i++) h[i] = bf16_to_f32(hb[r0 * hrow + i]);
+            block(&(batch_seq){s0, 0, R, r0, T}, 1, l, R, hashes + r0 * ncols, h, pre_mix + r0 * hc, tr);
+            for (int64_t i = 0; i < R * hrow; i++) hb[r0 * hrow + i] = f32_to_bf16(h[i]);
+        }
         for (int32_t i = 0; i < count; i++)
             if (seq[i].s->progress) seq[i].s->progress(seq[i].s->progress_ctx, l + 1, c->n_layers);
     }
-    hc_pre(h, pre_mix, T, hc, dim, x);
-    rms_norm(x, m->norm, T, dim, c->norm_eps, xn);
-    trace_f32(tr, x, 3, (int64_t[]){1, T, dim}, "h_final");
-    trace_f32(tr, xn, 3, (int64_t[]){1, T, dim}, "head_in");
-    /* the head runs once over the rows wanted: sampling needs only each session's last
-     * position; a trace or `all` asks for every one, a session without logits for none */
-    int64_t V = c->vocab_size, R = 0, *first = scratch_i64(count), *hrow = scratch_i64(count);
+    /* the head runs over the rows wanted, a tile of them at a time: sampling needs only each
+     * session's last position; a trace or `all` asks for every one, a session without logits
+     * for none. Session i's wanted rows are rows [wrow[i], wrow[i] + n_i) of the R wanted. */
+    int64_t V = c->vocab_size, R = 0, *first = scratch_i64(count), *wrow = scratch_i64(count);
     for (int32_t i = 0; i < count; i++) {
         int want = tr || logits[i];
         first[i] = !want ? seq[i].T : tr || all ? 0 : seq[i].T - 1;
-        hrow[i] = R;
-        memmove(xn + R * dim, xn + (seq[i].row0 + first[i]) * dim, (size_t)((seq[i].T - first[i]) * dim) * sizeof *xn);
+        wrow[i] = R;
         R += seq[i].T - first[i];
     }
-    float *lg = scratch_f32(R * V);
-    if (R > 0 && m->part.n_ranks > 1) collective_linear(m, &m->head, xn, R, lg);
-    else if (R > 0) linear(&m->head, xn, R, lg);
-    trace_f32(tr, lg, 3, (int64_t[]){1, T, V}, "logits_full");
+    int64_t chunk = R < tile ? R : tile;
+    float *x = scratch_f32(chunk * dim), *xn = scratch_f32(chunk * dim), *lg = scratch_f32(chunk * V);
+    for (int64_t j0 = 0; j0 < R; j0 += chunk) {
+        int64_t n = R - j0 < chunk ? R - j0 : chunk;
+        for (int32_t i = 0; i < count; i++) { /* session i's wanted rows [lo, hi) in this chunk */
+            int64_t lo = wrow[i] > j0 ? wrow[i] : j0, end = wrow[i] + seq[i].T - first[i], hi = end < j0 + n ? end : j0 + n;
+            int64_t r = seq[i].row0 + first[i] + lo - wrow[i]; /* its row in the stream */
+            if (lo >= hi) continue;
+            const float *hr = h + r * hrow;
+            if (hb) { /* one session: its rows into the tile's buffer */
+                for (int64_t e = 0; e < (hi - lo) * hrow; e++) h[e] = bf16_to_f32(hb[r * hrow + e]);
+                hr = h;
+            }
+            hc_pre(hr, pre_mix + r * hc, hi - lo, hc, dim, x + (lo - j0) * dim);
+        }
+        rms_norm(x, m->norm, n, dim, c->norm_eps, xn);
+        trace_f32(tr, x, 3, (int64_t[]){1, T, dim}, "h_final");
+        trace_f32(tr, xn, 3, (int64_t[]){1, T, dim}, "head_in");
+        if (m->part.n_ranks > 1) collective_linear(m, &m->head, xn, n, lg);
+        else linear(&m->head, xn, n, lg);
+        trace_f32(tr, lg, 3, (int64_t[]){1, T, V}, "logits_full");
+        for (int32_t i = 0; i < count; i++) {
+            int64_t lo = wrow[i] > j0 ? wrow[i] : j0, end = wrow[i] + seq[i].T - first[i], hi = end < j0 + n ? end : j0 + n;
+            if (lo >= hi) continue;
+            if (all && logits[i]) memcpy(logits[i] + (lo - wrow[i]) * V, lg + (lo - j0) * V, (size_t)((hi - lo) * V) * sizeof *lg);
+            if (hi == end) { /* the session's last token */
+                if (logits[i] && !all) memcpy(logits[i], lg + (hi - 1 - j0) * V, (size_t)V * sizeof *lg);
+                memcpy(seq[i].s->logits, lg + (hi - 1 - j0) * V, (size_t)V * sizeof *lg);
+            }
+        }
+    }
     for (int32_t i = 0; i < count; i++) {
         dsv41_session *s = seq[i].s;
-        int64_t n = seq[i].T, last = hrow[i] + n - 1 - first[i];
-        if (logits[i]) memcpy(logits[i], lg + (all ? hrow[i] : last) * V, (size_t)(all ? n * V : V) * sizeof *lg);
-        s->has_logits = first[i] < n;
-        if (s->has_logits) memcpy(s->logits, lg + last * V, (size_t)V * sizeof *lg);
-        memcpy(s->tokens + s->pos, ids[i], (size_t)n * sizeof *ids[i]);
-        s->pos += (int32_t)n;
+        s->has_logits = first[i] < seq[i].T;
+        memcpy(s->tokens + s->pos, ids[i], (size_t)seq[i].T * sizeof *ids[i]);
+        s->pos += (int32_t)seq[i].T;
     }
     scratch_end(mark);
     return 0;
@@ -177,7 +241,7 @@ static int forward_rows(const batch_seq *seq, int32_t count, int64_t T, const in
 
 /* forward_rows for one session */
 static int forward_call(dsv41_session *s, const int32_t *ids, int64_t T, float *logits, int all, dsv41_trace *tr) {
-    return forward_rows(&(batch_seq){s, 0, T}, 1, T, &ids, &logits, all, tr);
+    return forward_rows(&(batch_seq){s, 0, T, 0, T}, 1, T, &ids, &logits, all, tr);
 }
 
 static int check_call(const dsv41_session *s, const int32_t *ids, int32_t n) {
@@ -202,7 +266,7 @@ static int check_logits(const float *logits, int64_t n) {
  * tail and stale index keys all follow decode semantics), so a chunk appended later is exactly
  * that sequence of calls; the trace keeps the last one's captures. */
 static int forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logits, int all, dsv41_trace *tr) {
-    if (check_call(s, ids, n)) return -1;
+    if (check_call(s, ids, n) || session_reserve(s, s->pos + n)) return -1;
     atomic_store(&s->cancel, 0); /* only a request made during this call stops it */
     int64_t V = s->m->cfg.vocab_size;
     int rc = 0;
@@ -240,7 +304,8 @@ static int check_batch(dsv41_session *const *s, const int32_t *const *ids, const
         if (s[i]->pos > 0 && n[i] != 1)
             return set_error("batch: session %d is at position %d and feeds %d tokens (one token after a prefill)", i,
                              s[i]->pos, n[i]);
-        if (check_call(s[i], ids[i], n[i])) return set_error("batch: session %d: %s", i, dsv41_error());
+        if (check_call(s[i], ids[i], n[i]) || session_reserve(s[i], s[i]->pos + n[i]))
+            return set_error("batch: session %d: %s", i, dsv41_error());
     }
     return 0;
 }
@@ -261,7 +326,7 @@ int dsv41_batch_forward(dsv41_session *const *s, const int32_t *const *ids, cons
     int64_t T = 0;
     for (int32_t i = 0; i < count; i++) {
         atomic_store(&s[i]->cancel, 0); /* a batch is not cancelled; an earlier request is void */
-        seq[i] = (batch_seq){s[i], T, n[i]};
+        seq[i] = (batch_seq){s[i], T, n[i], 0, n[i]};
         lg[i] = logits ? logits[i] : NULL;
         T += n[i];
     }

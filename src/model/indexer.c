@@ -77,28 +77,58 @@ static void nth_element(pair *q, int32_t n, int32_t nth) {
     }
 }
 
-/* v [n] -> out [k]: the index set torch.topk(v, k) returns on CPU, in its order.
- * torch runs nth_element when k*64 > n; otherwise a partial sort, approximated by a full sort
- * that breaks ties by the lower index. */
+/* q [n] reordered so that its first k are the k first in cmp_desc's order (a total order: ties
+ * go to the lower index), in some order. Which k those are does not depend on how they are
+ * found, so a quickselect gives the set a full sort would in O(n); past its depth limit it
+ * sorts what is left. */
+static void select_first(pair *q, int32_t n, int32_t k) {
+    int32_t lo = 0, hi = n, depth = 64;
+    while (hi - lo > 16) {
+        if (depth-- == 0) break;
+        int32_t a = lo, b = lo + (hi - lo) / 2, c = hi - 1, m; /* median of three as the pivot */
+        if (cmp_desc(&q[a], &q[b]) < 0) m = cmp_desc(&q[b], &q[c]) < 0 ? b : cmp_desc(&q[a], &q[c]) < 0 ? c : a;
+        else m = cmp_desc(&q[a], &q[c]) < 0 ? a : cmp_desc(&q[b], &q[c]) < 0 ? c : b;
+        pair pivot = q[m], t;
+        q[m] = q[hi - 1];
+        q[hi - 1] = pivot;
+        int32_t s = lo;
+        for (int32_t i = lo; i < hi - 1; i++)
+            if (cmp_desc(&q[i], &pivot) < 0) { t = q[i]; q[i] = q[s]; q[s] = t; s++; }
+        q[hi - 1] = q[s];
+        q[s] = pivot;
+        if (s == k || s + 1 == k) return;
+        if (s > k) hi = s;
+        else lo = s + 1;
+    }
+    qsort(q + lo, (size_t)(hi - lo), sizeof *q, cmp_desc);
+}
+
+/* v [n] -> out [k]: the index set torch.topk(v, k) returns on CPU, in its order where the order
+ * matters. torch runs nth_element when k*64 > n, reproduced step for step (its ties depend on
+ * it); otherwise a partial sort, whose set is the first k by value with ties to the lower
+ * index, in an order no caller uses (they sort the indices or take the set). */
 void topk_torch_cpu(const float *v, int32_t n, int32_t k, int32_t *out) {
     scratch_mark mark = scratch_begin();
     pair *q = scratch_bytes((size_t)n * sizeof *q);
     for (int32_t i = 0; i < n; i++) q[i] = (pair){v[i], i};
     if ((int64_t)k * 64 > n) nth_element(q, n, k - 1);
-    else qsort(q, (size_t)n, sizeof *q, cmp_desc);
+    else select_first(q, n, k);
     for (int32_t i = 0; i < k; i++) out[i] = q[i].i;
     scratch_end(mark);
 }
 
-/* score [T][width] (-inf: unreachable), visible [T] -> keep [T][width]: each row keeps the
- * top `topk_blocks` blocks of `block` entries by block max, the newest visible block pinned */
+/* score [T][width] (-inf: unreachable), visible [T] -> kept [T][k]: each row keeps the top
+ * `topk_blocks` blocks of `block` entries by block max, the newest visible block pinned; the
+ * blocks are listed ascending, -1 after. A list, not a mask of every entry: the rows of a long
+ * prefill keep it from the candidate layer to the last index source, and a mask would grow
+ * with the square of the prompt. */
 void select_candidate_blocks(const float *score, int64_t T, int32_t width, const int32_t *visible,
-                             int32_t topk_blocks, int32_t block, uint8_t *keep) {
+                             int32_t topk_blocks, int32_t block, int32_t *kept) {
     int32_t nb = (width + block - 1) / block, k = topk_blocks < nb ? topk_blocks : nb;
     scratch_mark mark = scratch_begin();
     float *bs = scratch_f32(nb);
     int32_t *pick = scratch_i32(k);
-    memset(keep, 0, (size_t)(T * width));
+    uint8_t *on = scratch_bytes((size_t)nb);
     for (int64_t t = 0; t < T; t++) {
         const float *row = score + t * width;
         for (int32_t b = 0; b < nb; b++) {
@@ -107,13 +137,40 @@ void select_candidate_blocks(const float *score, int64_t T, int32_t width, const
         }
         if (visible[t] > 0 && (visible[t] - 1) / block < nb) bs[(visible[t] - 1) / block] = INFINITY;
         topk_torch_cpu(bs, nb, k, pick);
-        for (int32_t j = 0; j < k; j++) {
-            int32_t b = pick[j];
-            if (bs[b] == -INFINITY) continue;
-            for (int32_t i = b * block; i < (b + 1) * block && i < width; i++) keep[t * width + i] = 1;
-        }
+        memset(on, 0, (size_t)nb);
+        for (int32_t j = 0; j < k; j++) on[pick[j]] = bs[pick[j]] != -INFINITY;
+        int32_t *out = kept + t * k, n = 0;
+        for (int32_t b = 0; b < nb; b++)
+            if (on[b]) out[n++] = b;
+        while (n < k) out[n++] = -1;
     }
     scratch_end(mark);
+}
+
+int32_t cand_blocks(const config *c, int32_t width) {
+    int32_t nb = (width + c->candidate_block_size - 1) / c->candidate_block_size;
+    return c->candidate_topk_blocks < nb ? c->candidate_topk_blocks : nb;
+}
+
+void cand_mask(const config *c, const int32_t *kept, int32_t width, uint8_t *keep) {
+    int32_t block = c->candidate_block_size, k = cand_blocks(c, width);
+    memset(keep, 0, (size_t)width);
+    for (int32_t j = 0; j < k && kept[j] >= 0; j++)
+        for (int32_t i = kept[j] * block; i < (kept[j] + 1) * block && i < width; i++) keep[i] = 1;
+}
+
+int cand_from_mask(const config *c, const uint8_t *keep, int32_t width, int32_t *kept) {
+    int32_t block = c->candidate_block_size, k = cand_blocks(c, width), n = 0;
+    for (int32_t b = 0; b * block < width; b++) {
+        int32_t end = (b + 1) * block < width ? (b + 1) * block : width, on = 0;
+        for (int32_t i = b * block; i < end; i++) on += keep[i] == 1;
+        for (int32_t i = b * block; i < end; i++)
+            if (keep[i] > 1 || (on && on != end - b * block)) return -1;
+        if (on && n == k) return -1;
+        if (on) kept[n++] = b;
+    }
+    while (n < k) kept[n++] = -1;
+    return 0;
 }
 
 static int cmp_i32(const void *a, const void *b) { return *(const int32_t *)a - *(const int32_t *)b; }
@@ -192,51 +249,63 @@ static void fp4_fake_quant_range(void *ctx, int64_t b, int64_t e) {
 
 /* Writes index keys for new latents [n_latent][head_dim] (key owners), then publishes
  * shared.topk [T][k] of window-offset entry indices (-1: not visible) for the queries q
- * [T][IH][ihd] (idx_wq_b qr) and head weights w [T][IH] (idx_weights_proj x), both rewritten
- * in place (rotated and quantized, scaled). Returns k. */
-int32_t indexer_select(dsv41_session *s, int32_t l, float *q, float *w, const float *latent, int64_t n_latent, int64_t T,
+ * [T][IH][ihd] (idx_wq_b qr) and head weights w [T][IH] (idx_weights_proj x) of the rows sq,
+ * both rewritten in place (rotated and quantized, scaled). Returns k. A prefill tile scores its
+ * rows against the whole call's width of entries (the later ones invisible), so that each row's
+ * top-k, ties included, is the one the whole call gives it; its rows of the published top-k
+ * and candidates are the call's rows [at, at + T). */
+int32_t indexer_select(const batch_seq *sq, int32_t l, float *q, float *w, const float *latent, int64_t n_latent,
                 int32_t offset) {
+    dsv41_session *s = sq->s;
     const dsv41_model *m = s->m;
     const config *c = &m->cfg;
     const layer_weights *L = &m->layers[l];
     shared_slots *sh = &s->shared;
     int32_t IH = c->index_n_heads, ihd = c->index_head_dim, rd = c->rope_head_dim, ratio = c->compress_ratio[l];
-    int32_t pos = s->pos, end = pos + (int32_t)T, width = end / ratio;
+    int64_t T = sq->T, at = sq->at, rows = sq->call_T;
+    int32_t pos = s->pos, first = pos + (int32_t)at, width = (pos + (int32_t)rows) / ratio;
     scratch_mark mark = scratch_begin();
     if (n_latent > 0 && c->is_kv_source[l]) {
         float *tmp = scratch_f32(n_latent * ihd), *k = scratch_f32(n_latent * ihd);
         linear(&L->idx_wk, latent, n_latent, tmp);
         rms_norm(tmp, L->idx_k_norm, n_latent, ihd, c->norm_eps, k);
         for (int64_t g = 0; g < n_latent; g++)
-            rope_apply(&m->rope_yarn, k + g * ihd, ihd, rd, pos == 0 ? g * ratio : pos + 1 - ratio, 0);
+            rope_apply(&m->rope_yarn, k + g * ihd, ihd, rd, pos == 0 ? (first / ratio + g) * ratio : pos + 1 - ratio, 0);
         fp4_fake_quant_e8m0(k, (size_t)(n_latent * ihd), 32);
-        memcpy(s->layers[l].ik + (int64_t)(pos / ratio) * ihd, k, (size_t)(n_latent * ihd) * sizeof *k);
+        memcpy(s->layers[l].ik + (int64_t)(first / ratio) * ihd, k, (size_t)(n_latent * ihd) * sizeof *k);
         sh->index_k = s->layers[l].ik;
     }
     float *score = scratch_f32(T * width);
     int32_t *visible = scratch_i32(T);
-    rope_rows(&m->rope_yarn, q, T * IH, IH, ihd, rd, pos, 0);
+    rope_rows(&m->rope_yarn, q, T * IH, IH, ihd, rd, first, 0);
     pool_run(T * IH * ihd / 32, 64, fp4_fake_quant_range, q);
     float wscale = (float)(pow(ihd, -0.5) * pow(IH, -0.5)); /* one python-float scalar in the release */
     for (int64_t i = 0; i < T * IH; i++) w[i] = bf16_round(w[i] * wscale);
-    for (int64_t t = 0; t < T; t++) visible[t] = pos == 0 ? (int32_t)(t + 1) / ratio : width;
+    for (int64_t t = 0; t < T; t++) visible[t] = pos == 0 ? (int32_t)(at + t + 1) / ratio : width;
     score_job sj = {q, w, sh->index_k, visible, IH, ihd, width, score};
     pool_run(T * ((width + SCORE_ENTRIES - 1) / SCORE_ENTRIES), 2, score_range, &sj);
+    int32_t kb = cand_blocks(c, width);
     if (l == c->candidate_source_layer) {
-        if (buffer_grow((void **)&sh->cand, &sh->cand_cap, (size_t)(T * width))) abort(); /* as the scratch arena does */
-        select_candidate_blocks(score, T, width, visible, c->candidate_topk_blocks, c->candidate_block_size, sh->cand);
-        sh->cand_rows = (int32_t)T;
+        if (buffer_grow((void **)&sh->cand, &sh->cand_cap, (size_t)(rows * kb) * sizeof *sh->cand))
+            abort(); /* as the scratch arena does */
+        select_candidate_blocks(score, T, width, visible, c->candidate_topk_blocks, c->candidate_block_size,
+                                sh->cand + at * kb);
+        sh->cand_rows = (int32_t)rows;
         sh->cand_width = width;
-    } else if (c->candidate_source_layer >= 0 && c->candidate_source_layer < l && sh->cand_rows == T &&
+    } else if (c->candidate_source_layer >= 0 && c->candidate_source_layer < l && sh->cand_rows == rows &&
                sh->cand_width == width) {
-        for (int64_t i = 0; i < T * width; i++)
-            if (!sh->cand[i]) score[i] = -INFINITY;
+        uint8_t *keep = scratch_bytes((size_t)width);
+        for (int64_t t = 0; t < T; t++) {
+            cand_mask(c, sh->cand + (at + t) * kb, width, keep);
+            for (int32_t i = 0; i < width; i++)
+                if (!keep[i]) score[t * width + i] = -INFINITY;
+        }
     }
     int32_t k = c->index_topk < width ? c->index_topk : width;
-    if (buffer_grow((void **)&sh->topk, &sh->topk_cap, (size_t)(T * k) * sizeof *sh->topk)) abort();
-    topk_job tj = {score, visible, sh->topk, width, k, offset};
+    if (buffer_grow((void **)&sh->topk, &sh->topk_cap, (size_t)(rows * k) * sizeof *sh->topk)) abort();
+    topk_job tj = {score, visible, sh->topk + at * k, width, k, offset};
     pool_run(T, 16, topk_range, &tj);
-    sh->topk_rows = (int32_t)T;
+    sh->topk_rows = (int32_t)rows;
     sh->topk_width = k;
     scratch_end(mark);
     return k;

@@ -13,6 +13,7 @@
 
 #include "dsv41.h"
 #include "dsv41_dev.h"
+#include "buffer.h"
 #include "dsv41_dist.h"
 #include "error.h"
 #include "progress.h"
@@ -80,6 +81,11 @@ void config_free(config *c);
  * variant: what this rank reads on average, with its shares of experts, table rows and head. */
 size_t model_decode_bytes(const dsv41_model *m);
 double part_decode_bytes(const dsv41_model *m);
+/* Bytes of cache per token of context: the compressed KV and index keys of the kv sources as
+ * dsv41 holds them (f32, plus the n-gram id), or (release) packed at the precision the release
+ * rounds them to: FP4 e2m1 latents with an e4m3 scale per 16, FP4 index keys with a ue8m0 scale
+ * per 32 (890 bytes on V4.1-Flash). */
+double cache_bytes_per_token(const config *c, int release);
 
 typedef struct {
     weight hc_attn_fn, hc_ffn_fn;           /* [(2+hc)*hc][hc*dim] f32 */
@@ -115,8 +121,11 @@ typedef struct {
  * into out [32]; returns their count. */
 int layer_dense_weights(const layer_weights *L, const weight **out);
 
+/* The angle of position p in pair k is (float)p * freq[k] in f32, as the reference forms it
+ * (torch.outer of the positions and the f32 frequencies); cos and sin are taken of that f32
+ * angle when a row is rotated, so nothing here grows with the context. */
 typedef struct {
-    float *cos, *sin;                       /* [max_seq_len][rope_head_dim/2] */
+    float *freq;                            /* [rope_head_dim/2] */
 } rope_table;
 
 /* A model's place in a job split across ranks (dist.c): this rank owns the contiguous share
@@ -151,6 +160,9 @@ struct dsv41_model {
 
 void *model_alloc(dsv41_model *m, size_t bytes); /* zeroed, freed with the model */
 int rope_init(dsv41_model *m);
+#define ROPE_MAX_HALF 1024 /* capacity: rope_head_dim / 2 */
+/* cs, sn [half]: the cos and sin of position pos's angles */
+void rope_angles(const rope_table *rt, int32_t half, int64_t pos, float *cs, float *sn);
 void rope_apply(const rope_table *rt, float *x, int64_t row_len, int32_t rope_dim, int64_t pos, int inverse);
 /* rope_apply on rows [n][row_len] of x over the pool, row r at position pos0 + r / per (per: the
  * heads that share a token's position) */
@@ -161,8 +173,8 @@ void rope_rows(const rope_table *rt, float *x, int64_t n, int32_t per, int64_t r
 typedef struct {
     float *window;                          /* [window_size][head_dim] ring, slot = pos % window */
     float *kv_state, *score_state;          /* kv source, ratio > 1: [ratio][head_dim] compressor tail */
-    float *ckv;                             /* kv source: [max_seq/ratio][head_dim] compressed KV */
-    float *ik;                              /* kv source: [max_seq/ratio][index_head_dim] index keys */
+    float *ckv;                             /* kv source: [cap/ratio + 1][head_dim] compressed KV */
+    float *ik;                              /* kv source: [cap/ratio + 1][index_head_dim] index keys */
 } layer_state;
 
 /* The slots source layers publish and later layers read. They survive across calls: a decode
@@ -172,7 +184,8 @@ typedef struct {
     const float *index_k;                   /* -> a kv source's ik */
     int32_t *topk;                          /* [topk_rows][topk_width] offset indices, -1 unused */
     int32_t topk_rows, topk_width;
-    uint8_t *cand;                          /* [cand_rows][cand_width] candidate keep mask */
+    int32_t *cand;                          /* [cand_rows][cand_blocks()] the blocks of a keep mask of
+                                             * [cand_rows][cand_width] entries, ascending, -1 after */
     int32_t cand_rows, cand_width;
     size_t topk_cap, cand_cap;
 } shared_slots;
@@ -180,8 +193,9 @@ typedef struct {
 struct dsv41_session {
     const dsv41_model *m;
     int32_t pos;                            /* tokens consumed so far */
-    int64_t *ngram_cache;                   /* [max_seq_len] compressed ids */
-    int32_t *tokens;                        /* [max_seq_len] the ids fed so far, [pos] of them */
+    int32_t cap;                            /* positions the caches have room for, grown up to max_seq_len */
+    int64_t *ngram_cache;                   /* [cap] compressed ids */
+    int32_t *tokens;                        /* [cap] the ids fed so far, [pos] of them */
     float *logits;                          /* [vocab_size] the last fed token's logits, when has_logits */
     int32_t has_logits;                     /* the call that fed it computed them */
     layer_state *layers;                    /* [n_layers] */
@@ -190,15 +204,20 @@ struct dsv41_session {
     void (*progress)(void *ctx, int32_t done, int32_t total); /* per layer, or NULL */
     void *progress_ctx;
     atomic_int cancel;                      /* a dsv41_session_cancel request not yet served */
+    int32_t tile_rows;                      /* a longer prefill goes through each layer this many rows at a time */
 };
 
 /* One session's share of a batched forward: rows [row0, row0 + T) of every activation, its
- * prefill (at position 0) or its one decode token. */
+ * prefill (at position 0) or its one decode token. A long prefill goes through each layer a
+ * tile of rows at a time: then these T rows are the call's rows [at, at + T) of call_T. */
 typedef struct {
     dsv41_session *s;
     int64_t row0, T;                        /* its first row and its rows */
+    int64_t at, call_T;                     /* the tile's first row in the call, the call's rows (0, T: whole) */
 } batch_seq;
 
+/* Grows s's caches to hold n positions (n <= max_seq_len); 0, or -1 when out of memory. */
+int session_reserve(dsv41_session *s, int32_t n);
 /* Empties s to position 0 as a new session is. Compressed rows are zeroed up to position reach
  * only: rows past the closed groups of every position a call reached are zero already. */
 void session_clear(dsv41_session *s, int32_t reach);
@@ -207,8 +226,6 @@ void session_clear(dsv41_session *s, int32_t reach);
 int32_t slot_layer(const dsv41_session *s, const float *p, int index_keys);
 /* The 64-bit checksum a session file ends with, of p [n] (session_file.c). */
 uint64_t checksum64(const void *p, size_t n);
-/* Grows the malloc'd *buf (capacity *cap bytes) to hold n bytes; its contents stay. 0 or -1. */
-int buffer_grow(void **buf, size_t *cap, size_t n);
 
 /* ---- traces: named captures of the golden's intermediates */
 typedef struct {
@@ -244,11 +261,17 @@ void engram_hash(dsv41_session *s, const int32_t *ids, int64_t T, int64_t *out);
 void engram_forward(const dsv41_model *m, int32_t l, const int64_t *hashes, int64_t T, float *h, dsv41_trace *tr);
 void attention_forward(const batch_seq *seq, int32_t count, int32_t l, const float *x, int64_t T, float *out, dsv41_trace *tr);
 int64_t compressor_step(dsv41_session *s, int32_t l, const float *kv, const float *score, int64_t T, float *latent);
-int32_t indexer_select(dsv41_session *s, int32_t l, float *q, float *w, const float *latent, int64_t n_latent, int64_t T,
-                int32_t offset);
+int32_t indexer_select(const batch_seq *q_rows, int32_t l, float *q, float *w, const float *latent, int64_t n_latent,
+                       int32_t offset);
 void topk_torch_cpu(const float *v, int32_t n, int32_t k, int32_t *out);
 void select_candidate_blocks(const float *score, int64_t T, int32_t width, const int32_t *visible,
-                             int32_t topk_blocks, int32_t block, uint8_t *keep);
+                             int32_t topk_blocks, int32_t block, int32_t *kept);
+/* The candidate mask as blocks: a row of `width` entries keeps at most cand_blocks(c, width)
+ * blocks; cand_mask expands a row of them to its keep mask [width]; cand_from_mask is the
+ * inverse, 0, or -1 when the mask is no such row (a part of a block, or too many blocks). */
+int32_t cand_blocks(const config *c, int32_t width);
+void cand_mask(const config *c, const int32_t *kept, int32_t width, uint8_t *keep);
+int cand_from_mask(const config *c, const uint8_t *keep, int32_t width, int32_t *kept);
 void moe_forward(const dsv41_model *m, int32_t l, const float *x, int64_t T, float *y, float *route_w, int32_t *route_idx);
 
 #endif

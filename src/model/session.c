@@ -1,7 +1,9 @@
 /* session.c - a session's state: made, emptied, copied, freed.
  *
- * A session owns every cache of one sequence at full context size (allocated once, so a forward
- * call never allocates), the ids it was fed and the logits of the last one. A copy moves only
+ * A session owns every cache of one sequence, the ids it was fed and the logits of the last
+ * one. The caches that grow with the position start with room for a short conversation and
+ * double as a call needs more, up to max_seq_len: a model of a million positions would
+ * otherwise reserve gigabytes for every session. A copy moves only
  * what the position uses: the compressed caches fill from row 0 and the rows past the position's
  * closed groups are always zero, which is what makes a copy of a short sequence cheap at any
  * context size. */
@@ -11,6 +13,13 @@
 
 #include "lead.h"
 #include "model.h"
+
+/* The positions a new session has room for */
+#define FIRST_CAP 4096
+
+/* The rows a long prefill works through at a time by default: its working set grows with them,
+ * and the weights are read once per tile, which costs little past a few hundred rows. */
+#define PREFILL_TILE 512
 
 /* Compressed rows a kv-source layer of ratio `ratio` has closed at position pos. */
 static size_t closed_groups(int32_t pos, int32_t ratio) { return (size_t)(pos / ratio); }
@@ -39,25 +48,22 @@ dsv41_session *dsv41_session_new(const dsv41_model *m) {
     dsv41_session *s = calloc(1, sizeof *s);
     if (!s) goto oom;
     s->m = m;
+    s->tile_rows = PREFILL_TILE;
     atomic_init(&s->cancel, 0);
-    s->ngram_cache = calloc((size_t)c->max_seq_len, sizeof *s->ngram_cache);
-    s->tokens = calloc((size_t)c->max_seq_len, sizeof *s->tokens);
     s->logits = calloc((size_t)c->vocab_size, sizeof *s->logits);
     s->layers = calloc((size_t)c->n_layers, sizeof *s->layers);
-    if (!s->ngram_cache || !s->tokens || !s->logits || !s->layers) goto oom;
+    if (!s->logits || !s->layers) goto oom;
     for (int32_t l = 0; l < c->n_layers; l++) {
         layer_state *st = &s->layers[l];
         int32_t ratio = c->compress_ratio[l];
         st->window = calloc((size_t)c->window_size * c->head_dim, sizeof(float));
         if (!st->window) goto oom;
         if (!c->is_kv_source[l]) continue;
-        size_t groups = closed_groups(c->max_seq_len, ratio) + 1;
-        st->ckv = calloc(groups * c->head_dim, sizeof(float));
-        st->ik = calloc(groups * c->index_head_dim, sizeof(float));
         st->kv_state = calloc((size_t)ratio * c->head_dim, sizeof(float));
         st->score_state = malloc((size_t)ratio * c->head_dim * sizeof(float));
-        if (!st->ckv || !st->ik || !st->kv_state || !st->score_state) goto oom;
+        if (!st->kv_state || !st->score_state) goto oom;
     }
+    if (session_reserve(s, c->max_seq_len < FIRST_CAP ? c->max_seq_len : FIRST_CAP)) goto oom;
     session_clear(s, 0);
     lead_session_new(s);
     return s;
@@ -102,19 +108,42 @@ int dsv41_session_reset(dsv41_session *s) {
     return 0;
 }
 
+/* *p [old][row] grown to [n][row], the new rows zero */
+static int grow_rows(void *p, size_t old, size_t n, size_t row) {
+    void *q = realloc(*(void **)p, n * row);
+    if (!q) return -1;
+    memset((char *)q + old * row, 0, (n - old) * row);
+    *(void **)p = q;
+    return 0;
+}
+
+int session_reserve(dsv41_session *s, int32_t n) {
+    const config *c = &s->m->cfg;
+    if (n <= s->cap) return 0;
+    int32_t cap = s->cap > c->max_seq_len / 2 ? c->max_seq_len : 2 * s->cap > n ? 2 * s->cap : n, lk, li;
+    /* the shared slots point into the caches that move: told by layer, as a copy does */
+    lk = slot_layer(s, s->shared.compress_kv, 0);
+    li = slot_layer(s, s->shared.index_k, 1);
+    int rc = grow_rows(&s->ngram_cache, (size_t)s->cap, (size_t)cap, sizeof *s->ngram_cache) ||
+             grow_rows(&s->tokens, (size_t)s->cap, (size_t)cap, sizeof *s->tokens);
+    for (int32_t l = 0; rc == 0 && l < c->n_layers; l++) {
+        if (!c->is_kv_source[l]) continue;
+        int32_t r = c->compress_ratio[l];
+        size_t was = s->cap ? closed_groups(s->cap, r) + 1 : 0, now = closed_groups(cap, r) + 1;
+        rc = grow_rows(&s->layers[l].ckv, was, now, (size_t)c->head_dim * sizeof(float)) ||
+             grow_rows(&s->layers[l].ik, was, now, (size_t)c->index_head_dim * sizeof(float));
+    }
+    s->shared.compress_kv = lk >= 0 ? s->layers[lk].ckv : NULL;
+    s->shared.index_k = li >= 0 ? s->layers[li].ik : NULL;
+    if (rc) return set_error("out of memory growing a session to %d positions", cap);
+    s->cap = cap;
+    return 0;
+}
+
 int32_t slot_layer(const dsv41_session *s, const float *p, int index_keys) {
     for (int32_t l = 0; p && l < s->m->cfg.n_layers; l++)
         if (p == (index_keys ? s->layers[l].ik : s->layers[l].ckv)) return l;
     return -1;
-}
-
-int buffer_grow(void **buf, size_t *cap, size_t n) {
-    if (n <= *cap) return 0;
-    void *p = realloc(*buf, n);
-    if (!p) return -1;
-    *buf = p;
-    *cap = n;
-    return 0;
 }
 
 /* n bytes of src into *dst, growing it (capacity *cap) when needed */
@@ -129,10 +158,12 @@ int dsv41_session_copy(dsv41_session *dst, const dsv41_session *src) {
     if (dst->m != src->m) return set_error("session: a copy needs two sessions of one model");
     if (src->m->part.n_ranks > 1) return set_error("session: copy is not supported on a model split over ranks");
     if (dst == src) return 0;
+    if (session_reserve(dst, src->pos)) return -1;
     shared_slots *dsh = &dst->shared;
     const shared_slots *ssh = &src->shared;
     if (copy_grow((void **)&dsh->topk, &dsh->topk_cap, ssh->topk, (size_t)ssh->topk_rows * ssh->topk_width * sizeof *ssh->topk) ||
-        copy_grow((void **)&dsh->cand, &dsh->cand_cap, ssh->cand, (size_t)ssh->cand_rows * ssh->cand_width))
+        copy_grow((void **)&dsh->cand, &dsh->cand_cap, ssh->cand,
+                  (size_t)ssh->cand_rows * cand_blocks(c, ssh->cand_width) * sizeof *ssh->cand))
         return set_error("out of memory copying a session");
     session_clear(dst, dst->pos);
     for (int32_t l = 0; l < c->n_layers; l++) {
@@ -162,6 +193,13 @@ int dsv41_session_copy(dsv41_session *dst, const dsv41_session *src) {
 }
 
 void dsv41_session_cancel(dsv41_session *s) { atomic_store(&s->cancel, 1); }
+
+int dsv41_session_set_prefill_rows(dsv41_session *s, int32_t rows) {
+    if (rows < 1) return set_error("session: prefill rows must be at least 1, not %d", rows);
+    if (s->m->part.n_ranks > 1) return set_error("session: prefill rows cannot change on a model split over ranks");
+    s->tile_rows = rows;
+    return 0;
+}
 
 void dsv41_session_set_progress(dsv41_session *s, void (*fn)(void *ctx, int32_t done, int32_t total), void *ctx) {
     s->progress = fn;

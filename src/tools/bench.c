@@ -280,13 +280,7 @@ static timing time_prefill(const dsv41_model *m, int32_t n) {
     return r;
 }
 
-/* compressed KV and index keys per token of context (f32 in the caches), plus the n-gram id */
-static double kv_bytes_per_token(const config *c) {
-    double b = 8.0;
-    for (int l = 0; l < c->n_layers; l++)
-        if (c->is_kv_source[l]) b += 4.0 * (c->head_dim + c->index_head_dim) / c->compress_ratio[l];
-    return b;
-}
+static double kv_bytes_per_token(const config *c) { return cache_bytes_per_token(c, 0); }
 
 /* A model split across ranks: each rank's triad (all at once), peak memory, weights read and
  * bytes sent per decoded token (8 steps after a 16-token prefill). */
@@ -322,7 +316,55 @@ static int report_ranks(const dsv41_model *m, int json, FILE *out) {
     return rc;
 }
 
-int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, int json, FILE *out) {
+/* Long contexts: for each of ctxs, a prefill of that many tokens in one call into a fresh
+ * session, then decode steps after it timed in 4 runs (the best counts), and the peak resident
+ * memory of the two. One pass each: a long prefill takes long enough that a neighbour's burst
+ * on a shared host moves it little. */
+static int bench_contexts(const dsv41_model *m, const int32_t *ctxs, int32_t n_ctxs, int json, FILE *out) {
+    const int32_t V = m->cfg.vocab_size, n_dec = 32;
+    for (int32_t i = 0; i < n_ctxs; i++)
+        if (ctxs[i] < 1 || (int64_t)ctxs[i] + n_dec > m->cfg.max_seq_len)
+            return set_error("bench: a context of %d tokens and %d decode steps after it do not fit the model's "
+                             "max_seq_len of %d", ctxs[i], n_dec, m->cfg.max_seq_len);
+    if (json) fprintf(out, "{\"long_context\": [");
+    for (int32_t i = 0; i < n_ctxs; i++) {
+        int32_t n = ctxs[i], *ids = malloc((size_t)n * sizeof *ids);
+        float *logits = malloc((size_t)V * sizeof *logits);
+        machine_peak_reset();
+        dsv41_session *s = dsv41_session_new(m);
+        int rc = ids && logits && s ? 0 : -1;
+        for (int32_t k = 0; rc == 0 && k < n; k++) ids[k] = (int32_t)(((int64_t)k * 7919 + 3) % V);
+        double t0 = machine_now_s();
+        if (rc == 0) rc = dsv41_session_forward(s, ids, n, logits, NULL);
+        double prefill = machine_now_s() - t0, best = 1e30;
+        for (int run = 0; rc == 0 && run < 4; run++) {
+            double t1 = machine_now_s();
+            for (int32_t k = 0; rc == 0 && k < n_dec / 4; k++) {
+                int32_t next = (int32_t)((int64_t)(run * n_dec + k) * 104729 % V);
+                rc = dsv41_session_forward(s, &next, 1, logits, NULL);
+            }
+            best = fmin(best, (machine_now_s() - t1) / (n_dec / 4));
+        }
+        double peak = machine_peak_rss();
+        dsv41_session_free(s);
+        free(ids);
+        free(logits);
+        if (rc) return ids && logits && s ? -1 : set_error("bench: out of memory");
+        progress_report("bench: contexts", i + 1, n_ctxs);
+        if (json)
+            fprintf(out, "%s{\"ctx\": %d, \"prefill_tokens_per_s\": %.3f, \"decode_tokens_per_s\": %.3f, "
+                    "\"peak_rss_mb\": %.1f}", i ? ", " : "", n, n / prefill, 1.0 / best, peak / 1e6);
+        else
+            fprintf(out, "  context %7d: prefill %8.1f tok/s  decode after it %7.1f tok/s  peak resident memory %.0f MB\n",
+                    n, n / prefill, 1.0 / best, peak / 1e6);
+        fflush(out);
+    }
+    if (json) fprintf(out, "], ");
+    return 0;
+}
+
+int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, const int32_t *long_ctx, int32_t n_long,
+                int json, FILE *out) {
     const config *c = &m->cfg;
     int32_t n_pre = 512 < c->max_seq_len ? 512 : c->max_seq_len / 2, n_dec = 128;
     int32_t ctxs[3] = {16, n_pre, 2 * n_pre};
@@ -331,6 +373,13 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, int jso
     if (!json)
         fprintf(out, "kernels: %s; weights read per decoded token: %.1f MB; KV cache: %.0f bytes per token\n",
                 kernels_current()->name, bytes / 1e6, kv_bytes_per_token(c));
+    if (n_long > 0) { /* the long contexts alone, at `threads` */
+        if (dsv41_set_threads(threads)) return -1;
+        if (!json) fprintf(out, "threads %d:\n", threads);
+        if (bench_contexts(m, long_ctx, n_long, json, out)) return -1;
+        if (json) fprintf(out, "\"threads\": %d, \"kv_bytes_per_token\": %.0f}\n", threads, kv_bytes_per_token(c));
+        return 0;
+    }
     double triad = 0, peak = 0;
     timing dec = {0, 0}, pre = {0, 0}, par = {0, 0};
     double proj[2] = {0, 0}; /* the projections alone per step: one stream, `parallel` streams */
