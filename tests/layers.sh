@@ -1,12 +1,13 @@
 #!/bin/sh
 # layers.sh - the layer check (tools/layers.sh, `make layers`) passes on the library's own
 # objects and fails when they break the rule: copies of the objects plus one small object
-# that calls upward, or two that call each other, in a temporary folder (the tree is never
-# touched). Prints "N passed, N failed".
+# that calls upward, or two that call each other, or one in no layer's folder, in a temporary
+# folder (the tree is never touched). Prints "N passed, N failed".
 . "$(dirname "$0")/lib.sh"
 # the objects of the build under test: ./dsv41 is build/'s, a sanitizer's program sits in its build
 build=$(dirname "$dsv41"); [ "$build" = . ] && build=build
-if ! ls "$build"/*/*.o >/dev/null 2>&1; then bad "no objects under $build"; finish; exit; fi
+layers=$(ls -d src/*/ | xargs -n 1 basename) # the library's folders
+if ! ls "$build"/base/*.o >/dev/null 2>&1; then bad "no objects under $build"; finish; exit; fi
 CC=${CC:-cc}
 
 # case NAME WANT (pass or a line the failure prints) DIR: runs the check on DIR's objects
@@ -18,14 +19,17 @@ case_() {
     else bad "$1: rc=$rc, wanted a failure naming '$2': $(printf '%s\n' "$out" | head -n 3)"; fi
 }
 
-copy() { # copy DIR: the build's objects, each folder's in a folder of that name
-    for d in "$build"/*/; do
-        ls "$d"*.o >/dev/null 2>&1 || continue
-        mkdir -p "$1/$(basename "$d")" && cp "$d"*.o "$1/$(basename "$d")/"
-    done
+copy() { # copy DIR: the build's library objects, each layer's in a folder of that name
+    for l in $layers; do mkdir -p "$1/$l" && cp "$build/$l/"*.o "$1/$l/"; done
 }
 
-case_ "the library's objects" pass "$build"
+copy "$tmp/lib"
+case_ "the library's objects" pass "$tmp/lib"
+
+# an object outside the layers' folders: a source file put in src/ itself
+copy "$tmp/flat"
+mkdir -p "$tmp/flat/src" && cp "$build/base/error.o" "$tmp/flat/src/stray.o"
+case_ "an object in no layer" "in no layer's folder" "$tmp/flat"
 
 # base calls the golden check, two layers above it
 copy "$tmp/up"

@@ -6,7 +6,7 @@
 # (nm). Each layer may use the layers its line below names and itself, nothing else; and the
 # modules' graph, with the edges inside a layer too, must have no cycle. Prints every upward
 # use as "upward: A (LAYER) uses B (LAYER): SYMBOL" and any cycle, and exits 1 on either.
-# An object outside the layer folders (the embedded tiny model's JSON) is data, not a module.
+# Every object given must sit in a layer's folder: a source file outside them is no layer's.
 #
 # The table: a layer, then the layers it may use (src/README.md says why this order).
 TABLE='
@@ -37,8 +37,9 @@ awk "$MODULE"' NR == FNR {layer[$1]; next}
      {split($0, f, ":"); m = module(f[1]); if (m != "") print $NF, m}' "$tmp/table" "$tmp/nm.defs" >"$tmp/defs"
 awk "$MODULE"' NR == FNR {layer[$1]; next}
      {split($0, f, ":"); m = module(f[1]); if (m != "") print m, $NF}' "$tmp/table" "$tmp/nm.uses" >"$tmp/uses"
-n=$(printf '%s\n' "$@" | awk "$MODULE"' NR == FNR {layer[$1]; next} module($0) != "" {n++} END {print n + 0}' "$tmp/table" -)
-if [ "$n" -eq 0 ]; then echo "layers: no object in a layer folder"; exit 1; fi
+printf '%s\n' "$@" | awk "$MODULE"' NR == FNR {layer[$1]; next} module($0) == "" {print}' "$tmp/table" - >"$tmp/outside"
+if [ -s "$tmp/outside" ]; then echo "in no layer's folder (src/LAYER/NAME.c, tools/layers.sh):"; cat "$tmp/outside"; exit 1; fi
+n=$#
 
 # module A, module B, symbol: for every use of a symbol another module defines
 awk 'NR == FNR {def[$1] = $2; next} ($2 in def) && def[$2] != $1 {print $1, def[$2], $2}' \
