@@ -79,6 +79,15 @@ static int get_bool(const dsv41_json *root, const char *key, int *out, jbuf *err
     return 0;
 }
 
+/* skip_special_tokens (vLLM's name; default true): false keeps every special token in the
+ * reply's text, else only those dsv41_token_in_reply keeps, as the CLI without --special. */
+static int get_skip_special(const dsv41_json *root, job *j, jbuf *err) {
+    int skip = 1;
+    if (get_bool(root, "skip_special_tokens", &skip, err)) return -1;
+    j->special = !skip;
+    return 0;
+}
+
 /* stop: a string or an array of strings; empty strings are ignored. */
 static int get_stops(const dsv41_json *root, job *j, jbuf *err) {
     const dsv41_json *v = dsv41_json_get(root, "stop");
@@ -254,7 +263,7 @@ int api_parse_generation(server *sv, gen_kind kind, const char *body, size_t n, 
             get_int(root, "seed", -1, 1.8e19, &seed, err) || get_int(root, "n", 1, 1, &n_choices, err) ||
             get_bool(root, "stream", &g->stream, err) || get_stops(root, j, err) ||
             get_bool(root, "cache_prompt", &j->cache_prompt, err) || get_int(root, "id_slot", -1, sv->n_slots - 1, &id_slot, err) ||
-            get_bool(root, "return_tokens", &g->return_tokens, err))
+            get_bool(root, "return_tokens", &g->return_tokens, err) || get_skip_special(root, j, err))
             status = 400;
         const dsv41_json *so = dsv41_json_get(root, "stream_options");
         if (!status && dsv41_json_type_of(so) != DSV41_JSON_NULL && dsv41_json_type_of(so) != DSV41_JSON_OBJ)

@@ -26,6 +26,7 @@ typedef struct job {
     int n_stops;
     int32_t id_slot;          /* the slot asked for, -1: any */
     int cache_prompt;         /* reuse what the slot holds (else a cold prefill) */
+    int special;              /* the text keeps every special token (else dsv41_token_in_reply's rule) */
     /* progress: written by the scheduler, read under the lock */
     jbuf text;                /* the reply: whole characters, cut before a stop string */
     size_t committed;         /* text[0, committed) is final: no stop string can take it back */

@@ -567,6 +567,19 @@ int tokenizer_is_special(const dsv41_tokenizer *t, int32_t id) {
 
 int dsv41_token_is_special(const dsv41_tokenizer *t, int32_t id) { return tokenizer_is_special(t, id); }
 
+/* The special tokens that mark a reply's parts: the start and end of its reasoning and the DSML
+ * tool-call marker. Reply text keeps them even when it leaves special tokens out, because its
+ * readers split the reply on them (the server into reasoning, answer and tool calls; a person
+ * reading the CLI sees where the thinking ends), so every caller shows the same text. */
+static const char *const reply_marks[] = {"<think>", "</think>", "｜DSML｜"};
+
+int dsv41_token_in_reply(const dsv41_tokenizer *t, int32_t id) {
+    if (!tokenizer_is_special(t, id)) return 1;
+    for (size_t i = 0; i < sizeof reply_marks / sizeof reply_marks[0]; i++)
+        if (t->len[id] == strlen(reply_marks[i]) && !memcmp(t->text + t->off[id], reply_marks[i], t->len[id])) return 1;
+    return 0;
+}
+
 int32_t dsv41_tokenizer_bos(const dsv41_tokenizer *t) { return t->bos; }
 int32_t dsv41_tokenizer_eos(const dsv41_tokenizer *t) { return t->eos; }
 

@@ -19,7 +19,7 @@ tally() { # $1: a program's output; adds its closing line's counts
 }
 # the longest first (neon.sh runs under qemu on one CPU), so that the lanes finish together
 tests=(tests/neon.sh tests/cli_skeleton.sh "$@" tests/cli.sh tests/cli_text.sh tests/cli_chat.sh tests/cli_input.sh
-    tests/cli_guard.sh tests/serve.sh tests/serve_slots.sh tests/load.sh tests/python.sh tests/install.sh)
+    tests/cli_guard.sh tests/serve.sh tests/serve_text.sh tests/serve_slots.sh tests/load.sh tests/python.sh tests/install.sh)
 declare -A index_of # a running test's pid -> its index in tests
 report() { # $1: the index of a test that ended
     local t=${tests[$1]} out rc secs

@@ -12,14 +12,14 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 
-# the greedy replies `dsv41 run -p --special` gives (its stdout ends with one added newline; the
-# server returns special tokens as text, the program shows them only with --special)
+# the greedy replies `dsv41 run -p` gives (its stdout ends with one added newline; the server
+# leaves out the same special tokens, tests/serve_text.sh checks that rule on every route)
 n=12
 for i in 0 1; do
-    $dsv41 run -m "$m" -p "Question $i: what is $i + $i?" -n $n --temp 0 --special -t 1 2>/dev/null >"$tmp/run$i"
+    $dsv41 run -m "$m" -p "Question $i: what is $i + $i?" -n $n --temp 0 -t 1 2>/dev/null >"$tmp/run$i"
     python3 -c 'import sys; t=open(sys.argv[1],"rb").read(); open(sys.argv[1],"wb").write(t[:-1])' "$tmp/run$i"
 done
-$dsv41 run -m "$m" -p "Hello there" -n $n --temp 0 --special -t 1 2>/dev/null | python3 -c 'import sys; sys.stdout.buffer.write(sys.stdin.buffer.read()[:-1])' >"$tmp/hello"
+$dsv41 run -m "$m" -p "Hello there" -n $n --temp 0 -t 1 2>/dev/null | python3 -c 'import sys; sys.stdout.buffer.write(sys.stdin.buffer.read()[:-1])' >"$tmp/hello"
 
 start main -np 8 || { finish; exit 1; }
 

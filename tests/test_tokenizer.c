@@ -191,6 +191,12 @@ static void test_tables(const dsv41_tokenizer *t41, const dsv41_tokenizer *t3) {
     CHECK(tokenizer_is_special(t41, 1) && !tokenizer_is_special(t41, 128804) && tokenizer_is_special(t41, 128799) &&
               tokenizer_is_special(t41, 128821) && !tokenizer_is_special(t41, 19923),
           "V4.1 flags: inherited by spelling, new tokens special, vocabulary not");
+    int32_t think = dsv41_tokenizer_find(t41, "<think>"), unthink = dsv41_tokenizer_find(t41, "</think>");
+    int32_t dsml = dsv41_tokenizer_find(t41, "｜DSML｜"), eos = dsv41_tokenizer_find(t41, "<｜end▁of▁sentence｜>");
+    CHECK(tokenizer_is_special(t41, think) && tokenizer_is_special(t41, unthink) && tokenizer_is_special(t41, dsml) &&
+              dsv41_token_in_reply(t41, think) && dsv41_token_in_reply(t41, unthink) && dsv41_token_in_reply(t41, dsml) &&
+              !dsv41_token_in_reply(t41, eos) && !dsv41_token_in_reply(t41, 128799) && dsv41_token_in_reply(t41, 19923),
+          "reply text: the special tokens that mark its parts kept, the others left out, the vocabulary kept");
     size_t len;
     CHECK(dsv41_token_bytes(t41, 129280, &len) == NULL && dsv41_token_bytes(t41, -1, &len) == NULL,
           "ids outside the vocabulary have no bytes");
