@@ -142,18 +142,24 @@ build/aarch64/test_%: tests/test_%.c tests/testing.h tests/arm64_stubs.c build/a
 build/aarch64:
 	mkdir -p build/aarch64
 
+# tests/run.sh starts them in this order, the longest first (neon.sh runs under qemu on one CPU),
+# so that its lanes finish together
+TEST_SCRIPTS = tests/cli.sh tests/cli_text.sh tests/cli_chat.sh tests/cli_input.sh tests/cli_guard.sh tests/serve.sh \
+               tests/serve_text.sh tests/serve_slots.sh tests/load.sh tests/python.sh tests/install.sh tests/runner.sh
+
 test: all $(TESTS) $(EXAMPLES)
-	DSV41=./$(PROGRAM) tests/run.sh $(TESTS)
+	DSV41=./$(PROGRAM) tests/run.sh tests/neon.sh tests/cli_skeleton.sh $(TESTS) $(TEST_SCRIPTS)
 
 # Any error report fails the run: UBSan stops at its first finding instead of carrying on.
 SANITIZE_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 TSAN_FLAGS = -O1 -g -fsanitize=thread
 
+# (a test's time limit in tests/run.sh grows with the sanitizers' slowdown, unless one is given)
 sanitize:
-	$(MAKE) BUILD=build/asan PROGRAM=build/asan/dsv41 CFLAGS="$(SANITIZE_FLAGS)" test
+	DSV41_TEST_TIMEOUT=$${DSV41_TEST_TIMEOUT:-3600} $(MAKE) BUILD=build/asan PROGRAM=build/asan/dsv41 CFLAGS="$(SANITIZE_FLAGS)" test
 
 tsan:
-	$(MAKE) BUILD=build/tsan PROGRAM=build/tsan/dsv41 CFLAGS="$(TSAN_FLAGS)" test
+	DSV41_TEST_TIMEOUT=$${DSV41_TEST_TIMEOUT:-3600} $(MAKE) BUILD=build/tsan PROGRAM=build/tsan/dsv41 CFLAGS="$(TSAN_FLAGS)" test
 
 # dsv41-mpi on 2 and 3 ranks of this host (Open MPI's mpirun)
 test-mpi: dsv41 dsv41-mpi
