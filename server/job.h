@@ -36,6 +36,7 @@ typedef struct job {
     int32_t n_cached;         /* prompt tokens reused from the slot's cache, not computed */
     int32_t slot;             /* the slot that serves it, -1 until one does */
     job_end end;              /* END_NONE while the job runs */
+    int stop_hit;             /* the stop string (an index in stops) that ended the reply, -1: none */
     char error[256];          /* END_ERROR: what failed */
     double t_submit, t_start, t_end; /* seconds on the monotonic clock */
     /* control */

@@ -3,7 +3,9 @@
 # vocabulary and the V4.1 tokenizer. Greedy replies are checked against `dsv41 run -p` (whole,
 # streamed, as a raw completion), 8 clients at once get what each gets alone in fewer forward
 # steps than tokens (batched), the official
-# `openai` npm client drives a chat, a stream and a tool-call round trip, headless chromium
+# `openai` npm client drives a chat, a stream and a tool-call round trip, the official
+# `@anthropic-ai/sdk` client the same on /v1/messages (with pings during a long prefill and
+# Anthropic's error shape), headless chromium
 # drives the chat page at / (tests/serve_page.mjs), every kind of bad
 # request gets its status and OpenAI's
 # error shape while the server keeps serving, a client that hangs up frees its slot, a bounded
@@ -113,6 +115,38 @@ else
     bad "the openai npm package is missing: .ci/run installs it (npm ci --prefix tests/node)"
 fi
 
+# the official @anthropic-ai/sdk client on /v1/messages
+if [ -d tests/node/node_modules/@anthropic-ai/sdk ] && command -v node >/dev/null; then
+    out=$(node tests/serve_anthropic.mjs "http://127.0.0.1:$port" "$tmp/hello" $n 2>&1)
+    printf '%s\n' "$out" | grep '^FAIL' | sed 's/^FAIL: /FAIL: anthropic client: /'
+    line=$(printf '%s\n' "$out" | tail -n 1)
+    case $line in *" passed, 0 failed") ok ;; *) bad "anthropic client: $line" ;; esac
+else
+    bad "the @anthropic-ai/sdk npm package is missing (npm ci --prefix tests/node)"
+fi
+# a long prefill streamed through /v1/messages: pings keep the stream alive before the first block
+python3 -c 'import json; print(json.dumps({"max_tokens": 2, "stream": True, "messages": [{"role": "user", "content": "word " * 3000}]}))' >"$tmp/long.json"
+curl -sN -o "$tmp/pings" "http://127.0.0.1:$port/v1/messages" --data-binary "@$tmp/long.json"
+python3 - "$tmp/pings" <<'PY' && ok || bad "pings during a long prefill: $(grep -c ping "$tmp/pings") pings, $(head -c 300 "$tmp/pings")"
+import sys
+events = [l[7:] for l in open(sys.argv[1], encoding="utf-8").read().split("\n") if l.startswith("event: ")]
+first = events.index("content_block_start")
+assert events[0] == "message_start" and "ping" in events[1:first] and events[-1] == "message_stop", events
+PY
+# Anthropic's error shape on its routes, for any status
+anthropic_err() {
+    name=$1; want=$2; shift 2
+    req "$@"
+    if [ "$code" = "$want" ] && grep -Eq '^\{"type":"error","error":\{"type":"[a-z_]+","message":"([^"\\]|\\.)*"\}\}$' "$tmp/resp"
+    then ok; else bad "$name: status $code (want $want), $(head -c 300 "$tmp/resp")"; fi
+}
+anthropic_err "messages: malformed JSON" 400 POST /v1/messages '{"messages": ['
+anthropic_err "messages: no max_tokens" 400 POST /v1/messages '{"messages":[{"role":"user","content":"x"}]}'
+anthropic_err "messages: an image block" 400 POST /v1/messages '{"max_tokens":2,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}'
+anthropic_err "messages: a server tool" 400 POST /v1/messages '{"max_tokens":2,"messages":[{"role":"user","content":"x"}],"tools":[{"type":"web_search_20250305","name":"web_search"}]}'
+anthropic_err "messages: wrong method" 405 GET /v1/messages
+anthropic_err "messages: over the context" 400 POST /v1/messages '{"max_tokens":5000,"messages":[{"role":"user","content":"x"}]}'
+
 # the chat page: its security headers, then a real browser
 hdr=$(curl -s -D - -o "$tmp/page" "http://127.0.0.1:$port/")
 printf '%s' "$hdr" | grep -qi "^content-security-policy: default-src 'self'" && printf '%s' "$hdr" | grep -qi '^x-content-type-options: nosniff' &&
@@ -203,6 +237,11 @@ req GET /health
 [ "$code" = 200 ] && ok || bad "health without a key: $code"
 req POST /v1/chat/completions "$(chat hi 2)" -H 'Authorization: Bearer sekrit'
 [ "$code" = 200 ] && ok || bad "the right API key: $code $(cat "$tmp/resp")"
+req POST /v1/messages '{"max_tokens":2,"messages":[{"role":"user","content":"hi"}]}' -H 'x-api-key: sekrit'
+[ "$code" = 200 ] && ok || bad "the right key as x-api-key: $code $(cat "$tmp/resp")"
+req POST /v1/messages '{"max_tokens":2,"messages":[{"role":"user","content":"hi"}]}' -H 'x-api-key: sekriT'
+[ "$code" = 401 ] && grep -q '^{"type":"error","error":{"type":"authentication_error",' "$tmp/resp" && ok ||
+    bad "a wrong x-api-key: $code $(cat "$tmp/resp")"
 long=$(chat 'a long one' 3000 | sed 's/}$/,"stream":true}/')
 for k in 1 2; do
     curl -sN -o /dev/null -H 'Authorization: Bearer sekrit' "http://127.0.0.1:$port/v1/chat/completions" --data-binary "$long" &
