@@ -75,6 +75,10 @@ int anthropic_parse(server *sv, const char *body, size_t n, gen *g, jbuf *err);
 int anthropic_reply(server *sv, gen *g, jbuf *out);
 int anthropic_stream(server *sv, gen *g, jbuf *out);
 int anthropic_count_tokens(server *sv, const char *body, size_t n, jbuf *out);
+/* POST /v1/responses (responses.c): OpenAI's Responses API, without stored responses. */
+int responses_parse(server *sv, const char *body, size_t n, gen *g, jbuf *err);
+int responses_reply(server *sv, gen *g, jbuf *out);
+int responses_stream(server *sv, gen *g, jbuf *out);
 /* Rewrites an error reply of api_error's shape in b as Anthropic's
  * {"type": "error", "error": {"type", "message"}}. */
 void anthropic_error_shape(jbuf *b, int status);

@@ -110,12 +110,17 @@ static int await_end(request *rq) {
     return 1;
 }
 
-/* Each kind's request and reply shapes (api.c, anthropic.c). */
+/* Each kind's request and reply shapes (api.c, anthropic.c, responses.c). */
 static int parse_as(server *sv, gen_kind kind, const char *body, size_t n, gen *g, jbuf *err) {
-    return kind == GEN_MESSAGES ? anthropic_parse(sv, body, n, g, err) : api_parse_generation(sv, kind, body, n, g, err);
+    return kind == GEN_MESSAGES ? anthropic_parse(sv, body, n, g, err)
+         : kind == GEN_RESPONSE ? responses_parse(sv, body, n, g, err) : api_parse_generation(sv, kind, body, n, g, err);
 }
-static int reply_as(server *sv, gen *g, jbuf *out) { return g->kind == GEN_MESSAGES ? anthropic_reply(sv, g, out) : api_reply(sv, g, out); }
-static int stream_as(server *sv, gen *g, jbuf *out) { return g->kind == GEN_MESSAGES ? anthropic_stream(sv, g, out) : api_stream(sv, g, out); }
+static int reply_as(server *sv, gen *g, jbuf *out) {
+    return g->kind == GEN_MESSAGES ? anthropic_reply(sv, g, out) : g->kind == GEN_RESPONSE ? responses_reply(sv, g, out) : api_reply(sv, g, out);
+}
+static int stream_as(server *sv, gen *g, jbuf *out) {
+    return g->kind == GEN_MESSAGES ? anthropic_stream(sv, g, out) : g->kind == GEN_RESPONSE ? responses_stream(sv, g, out) : api_stream(sv, g, out);
+}
 
 /* libmicrohttpd asks for the next bytes of a streamed reply: hands over what is queued, else
  * waits for the job's progress and turns it into events. */
@@ -238,10 +243,12 @@ static enum MHD_Result route(request *rq) {
         const char *action = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "action");
         return send_json(rq, api_slot_action(sv, p + 7, action, body, rq->body.n, &out), &out);
     }
+    if (!strncmp(p, "/v1/responses/", 14)) /* a stored response, its input items, a cancel */
+        return send_error(rq, 404, NULL, "responses are not stored here: there is nothing to retrieve, list or cancel");
     static const struct { const char *path; int post; } routes[] = {
         {"/health", 0}, {"/v1/models", 0}, {"/metrics", 0}, {"/v1/chat/completions", 1},
         {"/v1/completions", 1}, {"/tokenize", 1}, {"/detokenize", 1}, {"/slots", 0},
-        {"/v1/messages", 1}, {"/v1/messages/count_tokens", 1},
+        {"/v1/messages", 1}, {"/v1/messages/count_tokens", 1}, {"/v1/responses", 1},
     };
     size_t r = 0, n_routes = sizeof routes / sizeof routes[0];
     while (r < n_routes && strcmp(p, routes[r].path)) r++;
@@ -265,7 +272,8 @@ static enum MHD_Result route(request *rq) {
     case 6: return send_json(rq, api_detokenize(sv, body, rq->body.n, &out), &out);
     case 7: return send_json(rq, api_slots(sv, &out), &out);
     case 8: return generate(rq, GEN_MESSAGES);
-    default: return send_json(rq, anthropic_count_tokens(sv, body, rq->body.n, &out), &out);
+    case 9: return send_json(rq, anthropic_count_tokens(sv, body, rq->body.n, &out), &out);
+    default: return generate(rq, GEN_RESPONSE);
     }
 }
 

@@ -3,7 +3,8 @@
 # vocabulary and the V4.1 tokenizer. Greedy replies are checked against `dsv41 run -p` (whole,
 # streamed, as a raw completion), 8 clients at once get what each gets alone in fewer forward
 # steps than tokens (batched), the official
-# `openai` npm client drives a chat, a stream and a tool-call round trip, the official
+# `openai` npm client drives a chat, a stream and a tool-call round trip, and the same on
+# /v1/responses, the official
 # `@anthropic-ai/sdk` client the same on /v1/messages (with pings during a long prefill and
 # Anthropic's error shape), headless chromium
 # drives the chat page at / (tests/serve_page.mjs), every kind of bad
@@ -178,6 +179,10 @@ expect_err "tokenize without content" 400 POST /tokenize '{}'
 expect_err "detokenize of an unknown id" 400 POST /detokenize '{"tokens":[99999999]}'
 expect_err "prompt and max_tokens over the context" 400 POST /v1/chat/completions "$(chat hi 5000)"
 grep -q '"message":"[^"]*5000[^"]*4096' "$tmp/resp" && ok || bad "the context error names the numbers: $(cat "$tmp/resp")"
+expect_err "responses: previous_response_id" 400 POST /v1/responses '{"input":"x","previous_response_id":"resp_1"}'
+expect_err "responses: a stored response" 404 GET /v1/responses/resp_1
+expect_err "responses: a hosted tool" 400 POST /v1/responses '{"input":"x","tools":[{"type":"web_search"}]}'
+expect_err "responses: an image" 400 POST /v1/responses '{"input":[{"role":"user","content":[{"type":"input_image","image_url":"x"}]}]}'
 expect_err "unknown route" 404 GET /v2/everything
 expect_err "wrong method" 405 GET /v1/chat/completions
 head -c 9000000 /dev/zero | tr '\0' 'a' >"$tmp/big"
@@ -197,7 +202,7 @@ done
 
 # /metrics counts what happened
 req GET /metrics
-grep -q '^dsv41_requests_total{status="400"} [1-9]' "$tmp/resp" && grep -q '^dsv41_requests_total{status="404"} 1$' "$tmp/resp" &&
+grep -q '^dsv41_requests_total{status="400"} [1-9]' "$tmp/resp" && grep -q '^dsv41_requests_total{status="404"} [1-9]' "$tmp/resp" &&
     grep -q '^dsv41_generated_tokens_total [1-9]' "$tmp/resp" && grep -q '^dsv41_decode_tokens_per_second [0-9.]*[1-9]' "$tmp/resp" &&
     ok || bad "metrics: $(grep -v '^#' "$tmp/resp" | head -c 600)"
 
