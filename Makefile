@@ -97,6 +97,12 @@ dsv41-mpi: mpi/main.c $(CLI_SRC:cli/%.c=$(BUILD)/mpi_cli_%.o) $(SERVER_SRC) $(SE
 $(BUILD)/test_%: tests/test_%.c tests/testing.h $(BUILD)/libdsv41_internal.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libdsv41_internal.a $(LDLIBS) -o $@
 
+# the server's reply shapes on replies the test writes (no model, no socket): its API sources
+SERVER_API_SRC = server/api.c server/anthropic.c server/responses.c server/jbuf.c server/job.c server/sched.c
+
+$(BUILD)/test_server: tests/test_server.c tests/testing.h $(SERVER_API_SRC) $(wildcard server/*.h) $(BUILD)/libdsv41_internal.a
+	$(CC) $(CFLAGS) -iquote server $< $(SERVER_API_SRC) $(BUILD)/libdsv41_internal.a $(LDLIBS) -o $@
+
 $(BUILD)/example_%: examples/%.c $(BUILD)/libdsv41.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libdsv41.a $(LDLIBS) -o $@
 
