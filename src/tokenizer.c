@@ -177,7 +177,7 @@ static int32_t bytes_lookup(const dsv41_tokenizer *t, const void *p, size_t n) {
 
 /* Sets the bytes token id decodes to. */
 static int store_text(dsv41_tokenizer *t, int32_t id, const void *p, size_t n) {
-    if (t->text_len + n > t->text_cap) {
+    if (!t->text || t->text_len + n > t->text_cap) { /* an empty token too: every token's bytes point into the buffer */
         size_t cap = t->text_cap ? t->text_cap : 1 << 20;
         while (cap < t->text_len + n) cap *= 2;
         char *nt = realloc(t->text, cap);
@@ -185,7 +185,7 @@ static int store_text(dsv41_tokenizer *t, int32_t id, const void *p, size_t n) {
         t->text = nt;
         t->text_cap = cap;
     }
-    if (n) memcpy(t->text + t->text_len, p, n); /* an empty token has no bytes, and maybe no buffer yet */
+    if (n) memcpy(t->text + t->text_len, p, n);
     t->off[id] = t->text_len;
     t->len[id] = (uint32_t)n;
     t->text_len += n;
@@ -436,7 +436,7 @@ static int load_merges(dsv41_tokenizer *t, const json *merges) {
         int32_t ia = spelling_lookup(t, a, an), ib = spelling_lookup(t, b, bn);
         if (ia < 0 || ib < 0) return set_error("merges: entry %zu names a token not in the vocabulary", i);
         size_t la = t->len[ia], lb = t->len[ib];
-        char *cat = malloc(la + lb);
+        char *cat = malloc(la + lb + 1); /* never malloc(0): a part may be an empty token */
         if (!cat) return set_error("out of memory");
         memcpy(cat, t->text + t->off[ia], la);
         memcpy(cat + la, t->text + t->off[ib], lb);
