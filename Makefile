@@ -153,7 +153,16 @@ build/aarch64:
 TEST_SCRIPTS = tests/cli.sh tests/cli_text.sh tests/cli_chat.sh tests/cli_input.sh tests/cli_guard.sh tests/serve.sh \
                tests/serve_text.sh tests/serve_slots.sh tests/load.sh tests/python.sh tests/install.sh tests/runner.sh
 
-test: all $(TESTS) $(EXAMPLES)
+# The npm packages the server's tests drive it with (openai, @anthropic-ai/sdk, puppeteer-core)
+# are the tests' own: installed from the lock file into the ignored tests/node/node_modules when
+# missing or older than the lock, so that `make test` needs nothing the README's first line does
+# not install. Without npm the server tests that need them say so and fail.
+NODE_PACKAGES = tests/node/node_modules/.package-lock.json
+
+$(NODE_PACKAGES): tests/node/package-lock.json tests/node/package.json
+	if command -v npm >/dev/null; then npm ci --prefix tests/node --no-audit --no-fund; fi
+
+test: all $(TESTS) $(EXAMPLES) $(NODE_PACKAGES)
 	DSV41=./$(PROGRAM) tests/run.sh tests/neon.sh tests/cli_skeleton.sh $(TESTS) $(TEST_SCRIPTS)
 
 # Any error report fails the run: UBSan stops at its first finding instead of carrying on.
