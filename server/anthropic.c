@@ -17,28 +17,13 @@
 #define PING_S 1.0
 
 /* Each step below returns 0, or the HTTP status of the error it wrote to err. */
-static int bad(jbuf *err, const char *param, const char *what) { return api_error(err, 400, param, "%s", what); }
 
 static int is_str(const dsv41_json *v) { return dsv41_json_type_of(v) == DSV41_JSON_STR; }
 
 static const char *type_of(const dsv41_json *block) { return dsv41_json_str(dsv41_json_get(block, "type")); }
 
-/* Text that is a string or an array of text blocks, joined, as one JSON string; 0, or -1 when
- * it is neither (a block of another type: images and documents are not read). */
-static int put_text(jbuf *o, const dsv41_json *v) {
-    if (is_str(v)) return jb_value(o, v), 0;
-    if (dsv41_json_type_of(v) != DSV41_JSON_ARR) return -1;
-    jbuf t = {0};
-    for (size_t i = 0; i < dsv41_json_len(v); i++) {
-        const dsv41_json *b = dsv41_json_at(v, i), *text = dsv41_json_get(b, "text");
-        const char *type = type_of(b);
-        if (!type || strcmp(type, "text") || !is_str(text)) return jb_free(&t), -1;
-        jb_put(&t, dsv41_json_str(text), dsv41_json_len(text));
-    }
-    jb_str(o, t.p ? t.p : "", t.n);
-    jb_free(&t);
-    return 0;
-}
+/* Text that is a string or text blocks (images and documents are not read). */
+static int put_text(jbuf *o, const dsv41_json *v) { return api_put_text(o, v, (const char *const[]){"text", NULL}); }
 
 /* One user turn's blocks: each text block a user message (the encoder joins consecutive ones),
  * each tool_result a tool message answering its tool_use_id. */
@@ -57,9 +42,9 @@ static int put_user(jbuf *o, const dsv41_json *content, int *first, jbuf *err) {
             jb_value(o, dsv41_json_get(b, "tool_use_id"));
             jb_puts(o, ",\"content\":");
             if (!c) jb_puts(o, "\"\"");
-            else if (put_text(o, c)) return bad(err, "messages", "a tool_result's content must be a string or text blocks");
+            else if (put_text(o, c)) return api_bad(err, "messages", "a tool_result's content must be a string or text blocks");
         } else
-            return bad(err, "messages", "a user turn's blocks must be text or tool_result (images and documents are not read)");
+            return api_bad(err, "messages", "a user turn's blocks must be text or tool_result (images and documents are not read)");
         jb_puts(o, "}");
     }
     return 0;
@@ -88,7 +73,7 @@ static int put_assistant(jbuf *o, const dsv41_json *content, jbuf *err) {
             jb_value(&calls, dsv41_json_get(b, "input"));
             jb_puts(&calls, "}}");
         } else
-            rc = bad(err, "messages", "an assistant turn's blocks must be text, thinking or tool_use (with id, name and an input object)");
+            rc = api_bad(err, "messages", "an assistant turn's blocks must be text, thinking or tool_use (with id, name and an input object)");
     }
     jb_puts(o, "{\"role\":\"assistant\",\"content\":");
     jb_str(o, text.p ? text.p : "", text.n);
@@ -112,12 +97,12 @@ static int put_assistant(jbuf *o, const dsv41_json *content, jbuf *err) {
 static int put_messages(jbuf *o, const dsv41_json *root, jbuf *err) {
     const dsv41_json *sys = dsv41_json_get(root, "system"), *msgs = dsv41_json_get(root, "messages");
     if (dsv41_json_type_of(msgs) != DSV41_JSON_ARR || !dsv41_json_len(msgs))
-        return bad(err, "messages", "'messages' must be a non-empty array of messages");
+        return api_bad(err, "messages", "'messages' must be a non-empty array of messages");
     int first = 1;
     jb_puts(o, "\"messages\":[");
     if (dsv41_json_type_of(sys) != DSV41_JSON_NULL) {
         jb_puts(o, "{\"role\":\"system\",\"content\":");
-        if (put_text(o, sys)) return bad(err, "system", "'system' must be a string or an array of text blocks");
+        if (put_text(o, sys)) return api_bad(err, "system", "'system' must be a string or an array of text blocks");
         jb_puts(o, "}");
         first = 0;
     }
@@ -125,14 +110,14 @@ static int put_messages(jbuf *o, const dsv41_json *root, jbuf *err) {
         const dsv41_json *m = dsv41_json_at(msgs, i), *content = dsv41_json_get(m, "content");
         const char *role = dsv41_json_str(dsv41_json_get(m, "role"));
         int user = role && !strcmp(role, "user");
-        if (!user && (!role || strcmp(role, "assistant"))) return bad(err, "messages", "each message's role must be user or assistant");
+        if (!user && (!role || strcmp(role, "assistant"))) return api_bad(err, "messages", "each message's role must be user or assistant");
         if (is_str(content)) {
             jb_printf(o, "%s{\"role\":\"%s\",\"content\":", first ? "" : ",", role);
             jb_value(o, content);
             jb_puts(o, "}");
             first = 0;
         } else if (dsv41_json_type_of(content) != DSV41_JSON_ARR)
-            return bad(err, "messages", "each message's content must be a string or an array of content blocks");
+            return api_bad(err, "messages", "each message's content must be a string or an array of content blocks");
         else if (user) {
             int rc = put_user(o, content, &first, err);
             if (rc) return rc;
@@ -151,7 +136,7 @@ static int put_messages(jbuf *o, const dsv41_json *root, jbuf *err) {
 static int put_tools(jbuf *o, const dsv41_json *root, jbuf *err) {
     const dsv41_json *tools = dsv41_json_get(root, "tools"), *choice = dsv41_json_get(root, "tool_choice");
     if (dsv41_json_type_of(tools) == DSV41_JSON_NULL) return 0;
-    if (dsv41_json_type_of(tools) != DSV41_JSON_ARR) return bad(err, "tools", "'tools' must be an array of tools");
+    if (dsv41_json_type_of(tools) != DSV41_JSON_ARR) return api_bad(err, "tools", "'tools' must be an array of tools");
     jb_puts(o, ",\"tools\":[");
     for (size_t i = 0; i < dsv41_json_len(tools); i++) {
         const dsv41_json *t = dsv41_json_at(tools, i), *schema = dsv41_json_get(t, "input_schema");
@@ -159,7 +144,7 @@ static int put_tools(jbuf *o, const dsv41_json *root, jbuf *err) {
         if (type && strcmp(type, "custom"))
             return api_error(err, 400, "tools", "tool type '%s' is not supported: only tools with an input_schema", type);
         if (!is_str(dsv41_json_get(t, "name")) || dsv41_json_type_of(schema) != DSV41_JSON_OBJ)
-            return bad(err, "tools", "each tool needs a name and an input_schema object");
+            return api_bad(err, "tools", "each tool needs a name and an input_schema object");
         jb_puts(o, i ? ",{\"type\":\"function\",\"function\":{\"name\":" : "{\"type\":\"function\",\"function\":{\"name\":");
         jb_value(o, dsv41_json_get(t, "name"));
         if (is_str(dsv41_json_get(t, "description"))) {
@@ -181,22 +166,22 @@ static int put_tools(jbuf *o, const dsv41_json *root, jbuf *err) {
         jb_value(o, dsv41_json_get(choice, "name"));
         jb_puts(o, "}}");
     } else
-        return bad(err, "tool_choice", "'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"none\"} or {\"type\": \"tool\", \"name\"}");
+        return api_bad(err, "tool_choice", "'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"none\"} or {\"type\": \"tool\", \"name\"}");
     return 0;
 }
 
 /* The chat completions request that an Anthropic request stands for, into o. count: for
  * count_tokens, where max_tokens is not asked for. */
 static int translate(const dsv41_json *root, int count, jbuf *o, jbuf *err) {
-    if (dsv41_json_type_of(root) != DSV41_JSON_OBJ) return bad(err, NULL, "the body must be a JSON object");
+    if (dsv41_json_type_of(root) != DSV41_JSON_OBJ) return api_bad(err, NULL, "the body must be a JSON object");
     const dsv41_json *max = dsv41_json_get(root, "max_tokens"), *stops = dsv41_json_get(root, "stop_sequences");
     const dsv41_json *thinking = dsv41_json_get(root, "thinking");
-    if (!count && dsv41_json_type_of(max) == DSV41_JSON_NULL) return bad(err, "max_tokens", "'max_tokens' is required");
+    if (!count && dsv41_json_type_of(max) == DSV41_JSON_NULL) return api_bad(err, "max_tokens", "'max_tokens' is required");
     if (dsv41_json_type_of(stops) != DSV41_JSON_NULL && dsv41_json_type_of(stops) != DSV41_JSON_ARR)
-        return bad(err, "stop_sequences", "'stop_sequences' must be an array of strings");
+        return api_bad(err, "stop_sequences", "'stop_sequences' must be an array of strings");
     const char *think = dsv41_json_str(dsv41_json_get(thinking, "type"));
     if (dsv41_json_type_of(thinking) != DSV41_JSON_NULL && (!think || (strcmp(think, "enabled") && strcmp(think, "disabled"))))
-        return bad(err, "thinking", "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}");
+        return api_bad(err, "thinking", "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}");
     jb_puts(o, "{");
     int rc = put_messages(o, root, err);
     if (rc || (rc = put_tools(o, root, err))) return rc;

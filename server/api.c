@@ -309,6 +309,25 @@ void api_copy_keys(jbuf *o, const dsv41_json *src, const char *const *keys) {
     }
 }
 
+int api_put_text(jbuf *o, const dsv41_json *v, const char *const *types) {
+    if (dsv41_json_type_of(v) == DSV41_JSON_STR) return jb_value(o, v), 0;
+    if (dsv41_json_type_of(v) != DSV41_JSON_ARR) return -1;
+    jbuf t = {0};
+    for (size_t i = 0; i < dsv41_json_len(v); i++) {
+        const dsv41_json *part = dsv41_json_at(v, i), *text = dsv41_json_get(part, "text");
+        const char *type = dsv41_json_str(dsv41_json_get(part, "type"));
+        const char *const *k = types;
+        while (*k && (!type || strcmp(type, *k))) k++;
+        if (!*k || dsv41_json_type_of(text) != DSV41_JSON_STR) return jb_free(&t), -1;
+        jb_put(&t, dsv41_json_str(text), dsv41_json_len(text));
+    }
+    jb_str(o, t.p ? t.p : "", t.n);
+    jb_free(&t);
+    return 0;
+}
+
+int api_bad(jbuf *err, const char *param, const char *what) { return api_error(err, 400, param, "%s", what); }
+
 void api_split_reply(const gen *g, reply_split *r) {
     const job *j = g->job;
     const char *text = j->text.p ? j->text.p : "";

@@ -66,6 +66,11 @@ int api_stream_text(server *sv, gen *g, jbuf *out, put_delta put, reply_split *e
 const char *api_id_serial(const gen *g);
 /* The stop string that ended the job's reply, or NULL (EOS, length, no stop). */
 const char *api_stop_hit(const gen *g);
+/* Text that is a string or an array of parts {"type", "text"} whose type is one of types
+ * (NULL-terminated), joined, as one JSON string into o; 0, or -1 when it is neither. */
+int api_put_text(jbuf *o, const dsv41_json *v, const char *const *types);
+/* A 400 whose message is what; returns 400. */
+int api_bad(jbuf *err, const char *param, const char *what);
 /* Copies the keys of src named in keys (NULL-terminated) into the object being written to o,
  * each after a comma: the options a translated request passes on as they are. */
 void api_copy_keys(jbuf *o, const dsv41_json *src, const char *const *keys);

@@ -14,7 +14,6 @@
 
 #include "api.h"
 
-static int bad(jbuf *err, const char *param, const char *what) { return api_error(err, 400, param, "%s", what); }
 
 static int is_str(const dsv41_json *v) { return dsv41_json_type_of(v) == DSV41_JSON_STR; }
 
@@ -22,21 +21,10 @@ static const char *str_at(const dsv41_json *v, const char *key) { return dsv41_j
 
 static int is(const char *s, const char *want) { return s && !strcmp(s, want); }
 
-/* A message item's content (a string, or input_text / output_text parts) as one JSON string;
- * -1 for other parts (images and files are not read). */
+/* A message item's content: a string, or input_text / output_text parts (images and files are
+ * not read). */
 static int put_content(jbuf *o, const dsv41_json *v) {
-    if (is_str(v)) return jb_value(o, v), 0;
-    if (dsv41_json_type_of(v) != DSV41_JSON_ARR) return -1;
-    jbuf t = {0};
-    for (size_t i = 0; i < dsv41_json_len(v); i++) {
-        const dsv41_json *p = dsv41_json_at(v, i), *text = dsv41_json_get(p, "text");
-        const char *type = str_at(p, "type");
-        if (!(is(type, "input_text") || is(type, "output_text")) || !is_str(text)) return jb_free(&t), -1;
-        jb_put(&t, dsv41_json_str(text), dsv41_json_len(text));
-    }
-    jb_str(o, t.p ? t.p : "", t.n);
-    jb_free(&t);
-    return 0;
+    return api_put_text(o, v, (const char *const[]){"input_text", "output_text", NULL});
 }
 
 /* An assistant turn being gathered from consecutive items: its text, reasoning and calls. */
@@ -70,7 +58,7 @@ static int put_item(jbuf *o, const dsv41_json *it, turn *t, int *first, jbuf *er
     const char *type = str_at(it, "type"), *role = str_at(it, "role");
     if (is(type, "function_call")) {
         if (!is_str(dsv41_json_get(it, "call_id")) || !is_str(dsv41_json_get(it, "name")) || !is_str(dsv41_json_get(it, "arguments")))
-            return bad(err, "input", "a function_call item needs call_id, name and arguments");
+            return api_bad(err, "input", "a function_call item needs call_id, name and arguments");
         jb_puts(&t->calls, t->n_calls++ ? ",{\"id\":" : "{\"id\":");
         jb_value(&t->calls, dsv41_json_get(it, "call_id"));
         jb_puts(&t->calls, ",\"type\":\"function\",\"function\":{\"name\":");
@@ -93,7 +81,7 @@ static int put_item(jbuf *o, const dsv41_json *it, turn *t, int *first, jbuf *er
     if (is(role, "assistant") && (!type || is(type, "message"))) {
         const dsv41_json *c = dsv41_json_get(it, "content");
         jbuf one = {0};
-        if (put_content(&one, c)) return jb_free(&one), bad(err, "input", "a message's content must be a string or text parts");
+        if (put_content(&one, c)) return jb_free(&one), api_bad(err, "input", "a message's content must be a string or text parts");
         dsv41_json *s = dsv41_json_parse(one.p, one.n); /* the joined text, unescaped */
         jb_put(&t->text, dsv41_json_str(s), dsv41_json_len(s));
         dsv41_json_free(s);
@@ -105,17 +93,17 @@ static int put_item(jbuf *o, const dsv41_json *it, turn *t, int *first, jbuf *er
     jb_puts(o, *first ? "" : ",");
     *first = 0;
     if (is(type, "function_call_output")) {
-        if (!is_str(dsv41_json_get(it, "call_id"))) return bad(err, "input", "a function_call_output item needs a call_id");
+        if (!is_str(dsv41_json_get(it, "call_id"))) return api_bad(err, "input", "a function_call_output item needs a call_id");
         jb_puts(o, "{\"role\":\"tool\",\"tool_call_id\":");
         jb_value(o, dsv41_json_get(it, "call_id"));
         jb_puts(o, ",\"content\":");
-        if (put_content(o, dsv41_json_get(it, "output"))) return bad(err, "input", "a function_call_output's output must be text");
+        if (put_content(o, dsv41_json_get(it, "output"))) return api_bad(err, "input", "a function_call_output's output must be text");
     } else if ((is(role, "user") || is(role, "system") || is(role, "developer")) && (!type || is(type, "message"))) {
         jb_printf(o, "{\"role\":\"%s\",\"content\":", role);
         if (put_content(o, dsv41_json_get(it, "content")))
-            return bad(err, "input", "a message's content must be a string or text parts (images and files are not read)");
+            return api_bad(err, "input", "a message's content must be a string or text parts (images and files are not read)");
     } else
-        return bad(err, "input", "input items must be messages, function_call, function_call_output or reasoning");
+        return api_bad(err, "input", "input items must be messages, function_call, function_call_output or reasoning");
     jb_puts(o, "}");
     return 0;
 }
@@ -130,7 +118,7 @@ static int put_input(jbuf *o, const dsv41_json *root, jbuf *err) {
         jb_puts(o, "}");
         first = 0;
     } else if (dsv41_json_type_of(instructions) != DSV41_JSON_NULL)
-        return bad(err, "instructions", "'instructions' must be a string");
+        return api_bad(err, "instructions", "'instructions' must be a string");
     if (is_str(input)) {
         jb_puts(o, first ? "{\"role\":\"user\",\"content\":" : ",{\"role\":\"user\",\"content\":");
         jb_value(o, input);
@@ -140,7 +128,7 @@ static int put_input(jbuf *o, const dsv41_json *root, jbuf *err) {
         for (size_t i = 0; rc == 0 && i < dsv41_json_len(input); i++) rc = put_item(o, dsv41_json_at(input, i), &t, &first, err);
         flush(o, &t, &first);
     } else
-        return bad(err, "input", "'input' must be a string or a non-empty array of input items");
+        return api_bad(err, "input", "'input' must be a string or a non-empty array of input items");
     jb_puts(o, "]");
     return rc;
 }
@@ -153,7 +141,7 @@ static int put_tools(jbuf *o, const dsv41_json *root, jbuf *err) {
         for (size_t i = 0; i < dsv41_json_len(tools); i++) {
             const dsv41_json *t = dsv41_json_at(tools, i);
             if (!is(str_at(t, "type"), "function") || !is_str(dsv41_json_get(t, "name")))
-                return bad(err, "tools", "only function tools (type \"function\" with a name) are supported");
+                return api_bad(err, "tools", "only function tools (type \"function\" with a name) are supported");
             jb_puts(o, i ? ",{\"type\":\"function\",\"function\":{\"name\":" : "{\"type\":\"function\",\"function\":{\"name\":");
             jb_value(o, dsv41_json_get(t, "name"));
             api_copy_keys(o, t, (const char *const[]){"description", "parameters", NULL});
@@ -161,10 +149,10 @@ static int put_tools(jbuf *o, const dsv41_json *root, jbuf *err) {
         }
         jb_puts(o, "]");
     } else if (dsv41_json_type_of(tools) != DSV41_JSON_NULL)
-        return bad(err, "tools", "'tools' must be an array of tools");
+        return api_bad(err, "tools", "'tools' must be an array of tools");
     if (dsv41_json_type_of(choice) == DSV41_JSON_OBJ) {
         if (!is(str_at(choice, "type"), "function") || !is_str(dsv41_json_get(choice, "name")))
-            return bad(err, "tool_choice", "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"name\"}");
+            return api_bad(err, "tool_choice", "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"name\"}");
         jb_puts(o, ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":");
         jb_value(o, dsv41_json_get(choice, "name"));
         jb_puts(o, "}}");
@@ -175,15 +163,15 @@ static int put_tools(jbuf *o, const dsv41_json *root, jbuf *err) {
 
 /* The chat completions request a Responses request stands for, into o. */
 static int translate(const dsv41_json *root, jbuf *o, jbuf *err) {
-    if (dsv41_json_type_of(root) != DSV41_JSON_OBJ) return bad(err, NULL, "the body must be a JSON object");
+    if (dsv41_json_type_of(root) != DSV41_JSON_OBJ) return api_bad(err, NULL, "the body must be a JSON object");
     if (dsv41_json_type_of(dsv41_json_get(root, "previous_response_id")) != DSV41_JSON_NULL)
-        return bad(err, "previous_response_id", "responses are not stored here: send the whole conversation in 'input'");
+        return api_bad(err, "previous_response_id", "responses are not stored here: send the whole conversation in 'input'");
     if (dsv41_json_num(dsv41_json_get(root, "background"), NULL) != 0)
-        return bad(err, "background", "background responses are not supported: responses are not stored here");
+        return api_bad(err, "background", "background responses are not supported: responses are not stored here");
     if (dsv41_json_type_of(dsv41_json_get(root, "conversation")) != DSV41_JSON_NULL)
-        return bad(err, "conversation", "conversations are not stored here: send the whole conversation in 'input'");
+        return api_bad(err, "conversation", "conversations are not stored here: send the whole conversation in 'input'");
     const char *format = str_at(dsv41_json_get(dsv41_json_get(root, "text"), "format"), "type");
-    if (format && strcmp(format, "text")) return bad(err, "text", "only text output is supported (text.format.type \"text\")");
+    if (format && strcmp(format, "text")) return api_bad(err, "text", "only text output is supported (text.format.type \"text\")");
     jb_puts(o, "{");
     int rc = put_input(o, root, err);
     if (rc || (rc = put_tools(o, root, err))) return rc;

@@ -11,11 +11,11 @@
 # A test's output is printed whole when it ends, so the blocks never interleave.
 #
 # No test may hang the suite: each runs under timeout(1) in a process group of its own, and one
-# still running after DSV41_TEST_TIMEOUT seconds (default 900, several times the longest test's
+# still running after DSV41_TEST_TIMEOUT seconds (default 1800, several times the longest test's
 # usual time on a busy 2-core machine) is ended, with everything it started, and counted as a
 # failure under its name. Ctrl-C or SIGTERM ends every running test's group the same way.
 lanes=${DSV41_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
-limit=${DSV41_TEST_TIMEOUT:-900}
+limit=${DSV41_TEST_TIMEOUT:-1800}
 case $limit in '' | *[!0-9]* | 0) echo "run.sh: DSV41_TEST_TIMEOUT must be a positive number of seconds, not '$limit'"; exit 2 ;; esac
 logs=$(mktemp -d) || exit 1
 trap 'rm -rf "$logs"' EXIT
