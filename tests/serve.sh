@@ -106,25 +106,21 @@ gen, steps = b["dsv41_generated_tokens_total"] - a["dsv41_generated_tokens_total
 assert gen == int(sys.argv[3]) and 0 < steps < gen and b["dsv41_batch_size"] >= 1, (gen, steps)
 PY
 
-# the official openai client
-if [ -d tests/node/node_modules/openai ] && command -v node >/dev/null; then
-    out=$(node tests/serve_client.mjs "http://127.0.0.1:$port" "$tmp/hello" $n 2>&1)
-    printf '%s\n' "$out" | grep '^FAIL' | sed 's/^FAIL: /FAIL: openai client: /'
+# client NAME PACKAGE SCRIPT: a node script (tests/client_lib.mjs) driving the server through an
+# npm package; its FAIL lines are shown and its closing line is one case
+client() {
+    if [ ! -d "tests/node/node_modules/$2" ] || ! command -v node >/dev/null; then
+        bad "node or the $2 npm package is missing (make test installs the packages: npm ci --prefix tests/node)"
+        return
+    fi
+    out=$(node "$3" "http://127.0.0.1:$port" "$tmp/hello" $n 2>&1)
+    printf '%s\n' "$out" | grep '^FAIL' | sed "s/^FAIL: /FAIL: $1: /"
     line=$(printf '%s\n' "$out" | tail -n 1)
-    case $line in *" passed, 0 failed") ok ;; *) bad "openai client: $line" ;; esac
-else
-    bad "the openai npm package is missing: .ci/run installs it (npm ci --prefix tests/node)"
-fi
-
-# the official @anthropic-ai/sdk client on /v1/messages
-if [ -d tests/node/node_modules/@anthropic-ai/sdk ] && command -v node >/dev/null; then
-    out=$(node tests/serve_anthropic.mjs "http://127.0.0.1:$port" "$tmp/hello" $n 2>&1)
-    printf '%s\n' "$out" | grep '^FAIL' | sed 's/^FAIL: /FAIL: anthropic client: /'
-    line=$(printf '%s\n' "$out" | tail -n 1)
-    case $line in *" passed, 0 failed") ok ;; *) bad "anthropic client: $line" ;; esac
-else
-    bad "the @anthropic-ai/sdk npm package is missing (npm ci --prefix tests/node)"
-fi
+    case $line in *" passed, 0 failed") ok ;; *) bad "$1: $line" ;; esac
+}
+# the official openai client (chat completions and responses), and @anthropic-ai/sdk on /v1/messages
+client "openai client" openai tests/serve_client.mjs
+client "anthropic client" @anthropic-ai/sdk tests/serve_anthropic.mjs
 # a long prefill streamed through /v1/messages: pings keep the stream alive before the first block
 python3 -c 'import json; print(json.dumps({"max_tokens": 2, "stream": True, "messages": [{"role": "user", "content": "word " * 3000}]}))' >"$tmp/long.json"
 curl -sN -o "$tmp/pings" "http://127.0.0.1:$port/v1/messages" --data-binary "@$tmp/long.json"

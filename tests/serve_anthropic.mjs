@@ -2,30 +2,13 @@
 // npm package, as Anthropic-API clients use it: a greedy reply, the same reply streamed (its
 // event sequence checked), token counting, a tool-use round trip whose prompt is the one the
 // chat completions route renders for the same conversation, and a bad request.
-// Usage: node tests/serve_anthropic.mjs BASE_URL EXPECTED_FILE MAX_TOKENS, where EXPECTED_FILE
-// holds the greedy reply `dsv41 run -p` gives to the user message below.
+// Usage: node tests/serve_anthropic.mjs BASE_URL EXPECTED_FILE MAX_TOKENS (see client_lib.mjs).
 // Prints "N passed, N failed".
-import { readFileSync } from "node:fs";
-import { createRequire } from "node:module";
+import { base, check, expected, finish, load, maxTokens, step } from "./client_lib.mjs";
 
-const require = createRequire(new URL("./node/", import.meta.url));
-const Anthropic = require("@anthropic-ai/sdk").default ?? require("@anthropic-ai/sdk");
-
-const [base, expectedFile, maxTokensArg] = process.argv.slice(2);
-const expected = readFileSync(expectedFile, "utf8");
-const maxTokens = Number(maxTokensArg);
+const Anthropic = load("@anthropic-ai/sdk");
 const client = new Anthropic({ baseURL: base, apiKey: "unused", maxRetries: 0 });
 const question = [{ role: "user", content: "Hello there" }];
-let passed = 0, failed = 0;
-
-function check(ok, what) {
-    if (ok) passed++;
-    else { failed++; console.log("FAIL: " + what); }
-}
-
-async function step(what, fn) {
-    try { await fn(); } catch (e) { check(false, `${what}: ${e}`); }
-}
 
 await step("greedy message", async () => {
     const r = await client.messages.create({ model: "m", max_tokens: maxTokens, messages: question, temperature: 0 });
@@ -101,5 +84,4 @@ await step("a bad request", async () => {
     }
 });
 
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+finish();

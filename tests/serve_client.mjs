@@ -2,30 +2,13 @@
 // use it: a greedy chat, the same chat streamed with usage, a tool-call round trip, and an error;
 // then the same through its `responses` methods (whole, streamed with the typed events, a
 // function-call round trip, and the stored-response features refused).
-// Usage: node tests/serve_client.mjs BASE_URL EXPECTED_FILE MAX_TOKENS, where EXPECTED_FILE
-// holds the greedy reply `dsv41 run -p` gives to the user message below.
+// Usage: node tests/serve_client.mjs BASE_URL EXPECTED_FILE MAX_TOKENS (see client_lib.mjs).
 // Prints "N passed, N failed".
-import { readFileSync } from "node:fs";
-import { createRequire } from "node:module";
+import { base, check, expected, finish, load, maxTokens, step } from "./client_lib.mjs";
 
-const require = createRequire(new URL("./node/", import.meta.url));
-const OpenAI = require("openai").default ?? require("openai");
-
-const [base, expectedFile, maxTokensArg] = process.argv.slice(2);
-const expected = readFileSync(expectedFile, "utf8");
-const maxTokens = Number(maxTokensArg);
+const OpenAI = load("openai");
 const client = new OpenAI({ baseURL: base + "/v1", apiKey: "unused", maxRetries: 0 });
 const question = [{ role: "user", content: "Hello there" }];
-let passed = 0, failed = 0;
-
-function check(ok, what) {
-    if (ok) passed++;
-    else { failed++; console.log("FAIL: " + what); }
-}
-
-async function step(what, fn) {
-    try { await fn(); } catch (e) { check(false, `${what}: ${e}`); }
-}
 
 await step("greedy chat", async () => {
     const r = await client.chat.completions.create({ model: "m", messages: question, temperature: 0, max_tokens: maxTokens });
@@ -143,5 +126,4 @@ await step("stored responses are refused", async () => {
     }
 });
 
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+finish();
