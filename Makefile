@@ -111,6 +111,12 @@ dsv41-mpi: mpi/main.c $(CLI_SRC:cli/%.c=$(BUILD)/mpi_cli_%.o) $(SERVER_OBJ) $(SE
 $(BUILD)/test_%: tests/test_%.c tests/testing.h $(BUILD)/libdsv41_internal.a
 	$(CC) $(CFLAGS) $(LIB_INC) $< $(BUILD)/libdsv41_internal.a $(LDLIBS) -o $@
 
+# the server's reply shapes on replies the test writes (no model, no socket): its API sources
+SERVER_API_SRC = server/api.c server/anthropic.c server/responses.c server/jbuf.c server/job.c server/sched.c
+
+$(BUILD)/test_server: tests/test_server.c tests/testing.h $(SERVER_API_SRC) $(wildcard server/*.h) $(BUILD)/libdsv41_internal.a
+	$(CC) $(CFLAGS) -iquote server $< $(SERVER_API_SRC) $(BUILD)/libdsv41_internal.a $(LDLIBS) -o $@
+
 $(BUILD)/example_%: examples/%.c $(BUILD)/libdsv41.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libdsv41.a $(LDLIBS) -o $@
 
@@ -156,8 +162,22 @@ build/aarch64/test_%: tests/test_%.c tests/testing.h tests/arm64_stubs.c build/a
 build/aarch64:
 	mkdir -p build/aarch64
 
-test: all $(TESTS) $(EXAMPLES) layers
-	DSV41=./$(PROGRAM) tests/run.sh $(TESTS)
+# tests/run.sh starts them in this order, the longest first (neon.sh runs under qemu on one CPU),
+# so that its lanes finish together
+TEST_SCRIPTS = tests/cli.sh tests/cli_text.sh tests/cli_chat.sh tests/cli_input.sh tests/cli_guard.sh tests/layers.sh tests/serve.sh \
+               tests/serve_text.sh tests/serve_slots.sh tests/load.sh tests/python.sh tests/install.sh tests/runner.sh
+
+# The npm packages the server's tests drive it with (openai, @anthropic-ai/sdk, puppeteer-core)
+# are the tests' own: installed from the lock file into the ignored tests/node/node_modules when
+# missing or older than the lock, so that `make test` needs nothing the README's first line does
+# not install. Without npm the server tests that need them say so and fail.
+NODE_PACKAGES = tests/node/node_modules/.package-lock.json
+
+$(NODE_PACKAGES): tests/node/package-lock.json tests/node/package.json
+	if command -v npm >/dev/null; then npm ci --prefix tests/node --no-audit --no-fund; fi
+
+test: all $(TESTS) $(EXAMPLES) $(NODE_PACKAGES) layers
+	DSV41=./$(PROGRAM) tests/run.sh tests/neon.sh tests/cli_skeleton.sh $(TESTS) $(TEST_SCRIPTS)
 
 # The layers keep one direction: no library object uses a symbol from a layer above its own, and
 # the modules' graph has no cycle (tools/layers.sh, its table; tests/layers.sh proves it fails).
@@ -168,11 +188,12 @@ layers: $(LIB_OBJ)
 SANITIZE_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 TSAN_FLAGS = -O1 -g -fsanitize=thread
 
+# (a test's time limit in tests/run.sh grows with the sanitizers' slowdown, unless one is given)
 sanitize:
-	$(MAKE) BUILD=build/asan PROGRAM=build/asan/dsv41 CFLAGS="$(SANITIZE_FLAGS)" test
+	DSV41_TEST_TIMEOUT=$${DSV41_TEST_TIMEOUT:-3600} $(MAKE) BUILD=build/asan PROGRAM=build/asan/dsv41 CFLAGS="$(SANITIZE_FLAGS)" test
 
 tsan:
-	$(MAKE) BUILD=build/tsan PROGRAM=build/tsan/dsv41 CFLAGS="$(TSAN_FLAGS)" test
+	DSV41_TEST_TIMEOUT=$${DSV41_TEST_TIMEOUT:-3600} $(MAKE) BUILD=build/tsan PROGRAM=build/tsan/dsv41 CFLAGS="$(TSAN_FLAGS)" test
 
 # dsv41-mpi on 2 and 3 ranks of this host (Open MPI's mpirun)
 test-mpi: dsv41 dsv41-mpi

@@ -40,7 +40,6 @@ typedef struct {
     float *logits;        /* [V] of the last fed token */
     int32_t *hist;        /* [ctx] every token fed, for the penalties */
     int32_t V, eos, ctx;
-    int32_t think_open, think_close; /* <think> and </think>: shown though special, they frame the reasoning */
     int32_t prompt_tokens, gen_tokens;
     double prompt_s, gen_s;
 } chat_state;
@@ -98,7 +97,7 @@ static int reply(chat_state *c, const gen_opts *o) {
             return fail(dsv41_error()), -1;
         }
         c->gen_tokens++;
-        int shown = o->special || !dsv41_token_is_special(c->tk, next) || next == c->think_open || next == c->think_close;
+        int shown = o->special || dsv41_token_in_reply(c->tk, next);
         int64_t n = shown ? dsv41_detokenize(c->tk, &st, next, out, sizeof out) : 0;
         if (n < 0) n = 0;
         if (len + (size_t)n + 1 > cap) {
@@ -148,8 +147,6 @@ static int open_chat(chat_state *c, const gen_opts *o) {
     c->ctx = dsv41_model_max_seq_len(c->m);
     if (o->ctx && o->ctx < c->ctx) c->ctx = o->ctx;
     c->eos = dsv41_tokenizer_eos(c->tk);
-    c->think_open = dsv41_tokenizer_find(c->tk, "<think>");
-    c->think_close = dsv41_tokenizer_find(c->tk, "</think>");
     c->logits = malloc((size_t)c->V * sizeof *c->logits);
     c->hist = malloc((size_t)c->ctx * sizeof *c->hist);
     if (!(c->smp = dsv41_sampler_new(&o->sp, c->V))) return fail(dsv41_error());

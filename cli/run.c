@@ -56,6 +56,7 @@ static int run_ids(const gen_opts *o) {
     }
     double t2 = now_s();
     if (done) printf("\n");
+    fflush(stdout); /* the line ends before the timings reach stderr, on a terminal too */
     if (rc == 0) {
         double gen = done > 1 ? (double)(done - 1) / (t2 - t1) : 0.0;
         fprintf(stderr, "prompt: %d tokens, %.1f tok/s | generated: %lld tokens, %.1f tok/s\n", n_ids, n_ids / (t1 - t0),

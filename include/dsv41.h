@@ -199,6 +199,11 @@ int32_t dsv41_tokenizer_bos(const dsv41_tokenizer *t);
 int32_t dsv41_tokenizer_eos(const dsv41_tokenizer *t);
 /* 1 when id is a special token (a control token a reply shows only on request), else 0. */
 int dsv41_token_is_special(const dsv41_tokenizer *t, int32_t id);
+/* 1 when reply text shows id unless asked for special tokens: every token that is not special,
+ * and the special tokens that mark a reply's parts (<think>, </think> and the DSML tool-call
+ * marker). The one rule of the CLI (--special), the server (skip_special_tokens) and the Python
+ * module (special=) for what a reply's text holds. */
+int dsv41_token_in_reply(const dsv41_tokenizer *t, int32_t id);
 int32_t dsv41_tokenizer_n_vocab(const dsv41_tokenizer *t);
 /* The id of a token spelling (added, or vocabulary as written in tokenizer.json: "Ġcalls"), or -1. */
 int32_t dsv41_tokenizer_find(const dsv41_tokenizer *t, const char *spelling);

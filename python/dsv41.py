@@ -87,7 +87,7 @@ _tok_eos = _fn("dsv41_tokenizer_eos", _c.c_int32, _P)
 _tok_bos = _fn("dsv41_tokenizer_bos", _c.c_int32, _P)
 _tok_find = _fn("dsv41_tokenizer_find", _c.c_int32, _P, _c.c_char_p)
 _tokenize = _fn("dsv41_tokenize", _c.c_int64, _P, _c.c_char_p, _c.c_size_t, _c.c_int, _I32P, _c.c_int64)
-_is_special = _fn("dsv41_token_is_special", _c.c_int, _P, _c.c_int32)
+_in_reply = _fn("dsv41_token_in_reply", _c.c_int, _P, _c.c_int32)
 _detokenize = _fn("dsv41_detokenize", _c.c_int64, _P, _c.POINTER(_Utf8Stream), _c.c_int32, _c.c_char_p, _c.c_int64)
 _stop_find = _fn("dsv41_stop_find", _c.c_int64, _c.c_char_p, _c.c_size_t, _c.c_size_t, _c.POINTER(_c.c_char_p), _c.c_int32,
                  _c.POINTER(_c.c_size_t))
@@ -178,9 +178,8 @@ class Model:
     def _pieces(self, ids, special):
         """The text of ids as it becomes complete; an unfinished character at the end is U+FFFD."""
         t, st, out = self._tokenizer(), _Utf8Stream(), _c.create_string_buffer(4096)
-        frame = {_tok_find(t, b"<think>"), _tok_find(t, b"</think>")}  # shown: they frame the reasoning
         for i in ids:
-            if not special and _is_special(t, i) and i not in frame:
+            if not special and not _in_reply(t, i):  # special tokens, but those that mark the reply's parts
                 continue
             n = _detokenize(t, _c.byref(st), i, out, len(out))
             if n > 0:  # an id the tokenizer lacks (the model's vocabulary may be larger) shows nothing

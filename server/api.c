@@ -79,6 +79,15 @@ static int get_bool(const dsv41_json *root, const char *key, int *out, jbuf *err
     return 0;
 }
 
+/* skip_special_tokens (vLLM's name; default true): false keeps every special token in the
+ * reply's text, else only those dsv41_token_in_reply keeps, as the CLI without --special. */
+static int get_skip_special(const dsv41_json *root, job *j, jbuf *err) {
+    int skip = 1;
+    if (get_bool(root, "skip_special_tokens", &skip, err)) return -1;
+    j->special = !skip;
+    return 0;
+}
+
 /* stop: a string or an array of strings; empty strings are ignored. */
 static int get_stops(const dsv41_json *root, job *j, jbuf *err) {
     const dsv41_json *v = dsv41_json_get(root, "stop");
@@ -227,7 +236,7 @@ int api_parse_generation(server *sv, gen_kind kind, const char *body, size_t n, 
     int32_t *ids = NULL;
     int64_t n_ids = -1;
     if (dsv41_json_type_of(root) != DSV41_JSON_OBJ) status = api_error(err, 400, NULL, "the body must be a JSON object");
-    else if (kind == GEN_CHAT) {
+    else if (kind != GEN_COMPLETION) {
         if ((text = chat_prompt(root, &g->flags, err))) n_ids = tokenize(sv, text, strlen(text), &ids, "messages", err);
     } else {
         const dsv41_json *p = dsv41_json_get(root, "prompt");
@@ -237,9 +246,9 @@ int api_parse_generation(server *sv, gen_kind kind, const char *body, size_t n, 
     }
     free(text);
     if (!status && n_ids < 0) status = 400; /* err holds the reply */
-    if (!status && n_ids == 0) status = api_error(err, 400, kind == GEN_CHAT ? "messages" : "prompt", "the prompt is empty");
+    if (!status && n_ids == 0) status = api_error(err, 400, kind != GEN_COMPLETION ? "messages" : "prompt", "the prompt is empty");
     if (!status && n_ids >= sv->ctx)
-        status = api_error(err, 400, kind == GEN_CHAT ? "messages" : "prompt",
+        status = api_error(err, 400, kind != GEN_COMPLETION ? "messages" : "prompt",
                            "the prompt has %lld tokens; the context holds %d", (long long)n_ids, sv->ctx);
     job *j = status ? NULL : job_new(ids, (int32_t)n_ids);
     free(ids);
@@ -254,7 +263,7 @@ int api_parse_generation(server *sv, gen_kind kind, const char *body, size_t n, 
             get_int(root, "seed", -1, 1.8e19, &seed, err) || get_int(root, "n", 1, 1, &n_choices, err) ||
             get_bool(root, "stream", &g->stream, err) || get_stops(root, j, err) ||
             get_bool(root, "cache_prompt", &j->cache_prompt, err) || get_int(root, "id_slot", -1, sv->n_slots - 1, &id_slot, err) ||
-            get_bool(root, "return_tokens", &g->return_tokens, err))
+            get_bool(root, "return_tokens", &g->return_tokens, err) || get_skip_special(root, j, err))
             status = 400;
         const dsv41_json *so = dsv41_json_get(root, "stream_options");
         if (!status && dsv41_json_type_of(so) != DSV41_JSON_NULL && dsv41_json_type_of(so) != DSV41_JSON_OBJ)
@@ -275,8 +284,8 @@ int api_parse_generation(server *sv, gen_kind kind, const char *body, size_t n, 
         g->created = (long long)time(NULL);
         /* no seed: one from the clock and the request's serial number */
         j->sp.seed = seed >= 0 ? (uint64_t)seed : ((uint64_t)g->created << 20) ^ (serial * 0x9E3779B97F4A7C15ULL);
-        snprintf(g->id, sizeof g->id, "%s-%llx%06llx", kind == GEN_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)g->created,
-                 (unsigned long long)serial);
+        static const char *const prefix[] = {"chatcmpl-", "cmpl-", "msg_", "resp_"};
+        snprintf(g->id, sizeof g->id, "%s%llx%06llx", prefix[kind], (unsigned long long)g->created, (unsigned long long)serial);
         g->job = j;
     } else job_free(j);
     dsv41_json_free(root);
@@ -287,70 +296,109 @@ int api_parse_generation(server *sv, gen_kind kind, const char *body, size_t n, 
 
 static const char *finish_name(job_end end) { return end == END_LENGTH ? "length" : "stop"; }
 
+const char *api_stop_hit(const gen *g) { return g->job->stop_hit >= 0 ? g->job->stops[g->job->stop_hit] : NULL; }
+
+const char *api_id_serial(const gen *g) { return g->id + strcspn(g->id, "-_") + 1; }
+
+void api_copy_keys(jbuf *o, const dsv41_json *src, const char *const *keys) {
+    for (; *keys; keys++) {
+        const dsv41_json *v = dsv41_json_get(src, *keys);
+        if (!v) continue;
+        jb_printf(o, ",\"%s\":", *keys);
+        jb_value(o, v);
+    }
+}
+
+int api_put_text(jbuf *o, const dsv41_json *v, const char *const *types) {
+    if (dsv41_json_type_of(v) == DSV41_JSON_STR) return jb_value(o, v), 0;
+    if (dsv41_json_type_of(v) != DSV41_JSON_ARR) return -1;
+    jbuf t = {0};
+    for (size_t i = 0; i < dsv41_json_len(v); i++) {
+        const dsv41_json *part = dsv41_json_at(v, i), *text = dsv41_json_get(part, "text");
+        const char *type = dsv41_json_str(dsv41_json_get(part, "type"));
+        const char *const *k = types;
+        while (*k && (!type || strcmp(type, *k))) k++;
+        if (!*k || dsv41_json_type_of(text) != DSV41_JSON_STR) return jb_free(&t), -1;
+        jb_put(&t, dsv41_json_str(text), dsv41_json_len(text));
+    }
+    jb_str(o, t.p ? t.p : "", t.n);
+    jb_free(&t);
+    return 0;
+}
+
+int api_bad(jbuf *err, const char *param, const char *what) { return api_error(err, 400, param, "%s", what); }
+
+void api_split_reply(const gen *g, reply_split *r) {
+    const job *j = g->job;
+    const char *text = j->text.p ? j->text.p : "";
+    size_t len = j->text.n;
+    *r = (reply_split){0, 0, len, NULL};
+    if (g->kind == GEN_COMPLETION) return;
+    dsv41_reply_parts p;
+    dsv41_chat_reply_parts(text, len, g->flags | DSV41_REPLY_FINAL, &p);
+    r->reasoning_end = (size_t)p.reasoning_end;
+    r->content_start = (size_t)p.content_start;
+    r->content_end = (size_t)p.content_end;
+    if (p.calls_start < 0) return;
+    char *calls = dsv41_chat_reply_calls(text + p.calls_start, len - (size_t)p.calls_start);
+    r->calls = calls ? dsv41_json_parse(calls, strlen(calls)) : NULL;
+    free(calls);
+    if (!r->calls) r->content_end = len; /* a broken block stays text, with the whitespace before it */
+}
+
 static void put_usage(jbuf *o, const job *j) {
     jb_printf(o, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
                  "\"prompt_tokens_details\":{\"cached_tokens\":%d}}",
               j->n_prompt, j->n_gen, j->n_prompt + j->n_gen, j->n_cached);
 }
 
-/* The tool calls of the block at text[from, end) in OpenAI's shape, "tool_calls":[...], with
- * ids made from the completion's; 0, or -1 when the block does not parse. index adds each
- * call's position (streamed deltas carry it). */
-static int put_tool_calls(jbuf *o, const gen *g, const char *block, size_t len, int index) {
-    char *calls = dsv41_chat_reply_calls(block, len);
-    dsv41_json *arr = calls ? dsv41_json_parse(calls, strlen(calls)) : NULL;
-    free(calls);
-    if (!arr) return -1;
+/* The tool calls of a reply in OpenAI's shape, "tool_calls":[...], with ids made from the
+ * completion's; index adds each call's position (streamed deltas carry it). */
+static void put_tool_calls(jbuf *o, const gen *g, const dsv41_json *calls, int index) {
     jb_puts(o, "\"tool_calls\":[");
-    for (size_t i = 0; i < dsv41_json_len(arr); i++) {
-        const dsv41_json *c = dsv41_json_at(arr, i), *name = dsv41_json_get(c, "name"), *args = dsv41_json_get(c, "arguments");
+    for (size_t i = 0; i < dsv41_json_len(calls); i++) {
+        const dsv41_json *c = dsv41_json_at(calls, i);
         jb_printf(o, "%s{", i ? "," : "");
         if (index) jb_printf(o, "\"index\":%zu,", i);
-        jb_printf(o, "\"id\":\"call_%s_%zu\",\"type\":\"function\",\"function\":{\"name\":", g->id + strcspn(g->id, "-") + 1, i);
-        jb_value(o, name);
+        jb_printf(o, "\"id\":\"call_%s_%zu\",\"type\":\"function\",\"function\":{\"name\":", api_id_serial(g), i);
+        jb_value(o, dsv41_json_get(c, "name"));
         jb_puts(o, ",\"arguments\":");
-        jb_value(o, args);
+        jb_value(o, dsv41_json_get(c, "arguments"));
         jb_puts(o, "}}");
     }
     jb_puts(o, "]");
-    dsv41_json_free(arr);
-    return 0;
 }
 
 int api_reply(server *sv, gen *g, jbuf *out) {
     job *j = g->job;
     if (j->end == END_ERROR) return api_error(out, 500, NULL, "generation failed: %s", j->error);
     const char *text = j->text.p ? j->text.p : "";
-    size_t len = j->text.n;
     const char *finish = finish_name(j->end);
+    reply_split r;
+    api_split_reply(g, &r);
     jb_printf(out, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", g->id,
               g->kind == GEN_CHAT ? "chat.completion" : "text_completion", g->created);
     jb_str(out, sv->model_name, strlen(sv->model_name));
     jb_puts(out, ",\"choices\":[{\"index\":0,");
     if (g->kind == GEN_COMPLETION) {
         jb_puts(out, "\"text\":");
-        jb_str(out, text, len);
+        jb_str(out, text, j->text.n);
     } else {
-        dsv41_reply_parts p;
-        dsv41_chat_reply_parts(text, len, g->flags | DSV41_REPLY_FINAL, &p);
-        jbuf calls = {0};
-        int has_calls = p.calls_start >= 0 && put_tool_calls(&calls, g, text + p.calls_start, len - (size_t)p.calls_start, 0) == 0;
-        size_t content_end = p.calls_start >= 0 && !has_calls ? len : (size_t)p.content_end; /* a broken block stays text */
         jb_puts(out, "\"message\":{\"role\":\"assistant\",\"content\":");
-        if (has_calls && content_end == (size_t)p.content_start) jb_puts(out, "null");
-        else jb_str(out, text + p.content_start, content_end - (size_t)p.content_start);
+        if (r.calls && r.content_end == r.content_start) jb_puts(out, "null");
+        else jb_str(out, text + r.content_start, r.content_end - r.content_start);
         if (g->flags & DSV41_REPLY_THINKING) {
             jb_puts(out, ",\"reasoning_content\":");
-            jb_str(out, text, (size_t)p.reasoning_end);
+            jb_str(out, text, r.reasoning_end);
         }
-        if (has_calls) {
+        if (r.calls) {
             jb_puts(out, ",");
-            jb_put(out, calls.p, calls.n);
+            put_tool_calls(out, g, r.calls, 0);
             finish = "tool_calls";
         }
         jb_puts(out, "}");
-        jb_free(&calls);
     }
+    dsv41_json_free(r.calls);
     jb_printf(out, ",\"logprobs\":null,\"finish_reason\":\"%s\"}],", finish);
     if (g->return_tokens) {
         jb_puts(out, "\"tokens\":[");
@@ -384,75 +432,76 @@ static void chunk_close(gen *g, jbuf *o, int32_t n_tok) {
     jb_puts(o, "}\n\n");
 }
 
-/* One chunk with the text[a, b) of one field ("content", "reasoning_content" or, for
- * completions, "text") of the first n_tok tokens; nothing when the range is empty. */
-static void chunk_text(server *sv, gen *g, jbuf *o, const char *field, const char *text, size_t a, size_t b, int32_t n_tok) {
-    if (b <= a) return;
+/* One chunk with text[a, b) as "content", "reasoning_content" or, for completions, "text". */
+static void chunk_text(server *sv, gen *g, jbuf *o, reply_part part, const char *text, size_t a, size_t b, int32_t n_tok) {
     chunk_head(sv, g, o);
-    if (g->kind == GEN_CHAT) jb_printf(o, "\"delta\":{\"%s\":", field);
+    if (g->kind == GEN_CHAT) jb_printf(o, "\"delta\":{\"%s\":", part == PART_REASONING ? "reasoning_content" : "content");
     else jb_puts(o, "\"text\":");
     jb_str(o, text + a, b - a);
     jb_puts(o, g->kind == GEN_CHAT ? "},\"logprobs\":null,\"finish_reason\":null}" : ",\"logprobs\":null,\"finish_reason\":null}");
     chunk_close(g, o, n_tok);
 }
 
-/* Where the answer's next content chunk starts: past what went out, and never before the answer */
-static size_t content_from(const gen *g, const dsv41_reply_parts *p) {
-    return g->sent_content > (size_t)p->content_start ? g->sent_content : (size_t)p->content_start;
+/* Hands put what the parts of text[0, len), the text of the first n_tok tokens, add to what
+ * went out before; end: the whole reply apart (the job ended), else NULL. */
+static void stream_parts(server *sv, gen *g, jbuf *o, put_delta put, size_t len, int32_t n_tok, const reply_split *end) {
+    const char *text = g->job->text.p ? g->job->text.p : "";
+    size_t reasoning_end = len, content_start = 0, content_end = len;
+    if (end) reasoning_end = end->reasoning_end, content_start = end->content_start, content_end = end->content_end;
+    else if (g->kind != GEN_COMPLETION) {
+        dsv41_reply_parts p;
+        dsv41_chat_reply_parts(text, len, g->flags, &p);
+        reasoning_end = (size_t)p.reasoning_end, content_start = (size_t)p.content_start, content_end = (size_t)p.content_end;
+    }
+    if (g->kind != GEN_COMPLETION) {
+        if (reasoning_end > g->sent_reasoning) put(sv, g, o, PART_REASONING, text, g->sent_reasoning, reasoning_end, n_tok);
+        if (reasoning_end > g->sent_reasoning) g->sent_reasoning = reasoning_end;
+    }
+    /* the answer resumes past what went out, and never before it starts */
+    size_t from = g->sent_content > content_start ? g->sent_content : content_start;
+    if (content_end > from) {
+        put(sv, g, o, PART_CONTENT, text, from, content_end, n_tok);
+        g->sent_content = content_end;
+    }
 }
 
-/* Sends what the parts of text[0, len), the text of the first n_tok tokens, add to what went
- * out before. */
-static void stream_parts(server *sv, gen *g, jbuf *o, const char *text, size_t len, int32_t n_tok, int final) {
-    if (g->kind == GEN_COMPLETION) {
-        chunk_text(sv, g, o, "text", text, g->sent_content, len, n_tok);
-        if (len > g->sent_content) g->sent_content = len;
-        return;
-    }
-    dsv41_reply_parts p;
-    dsv41_chat_reply_parts(text, len, g->flags | (final ? DSV41_REPLY_FINAL : 0), &p);
-    chunk_text(sv, g, o, "reasoning_content", text, g->sent_reasoning, (size_t)p.reasoning_end, n_tok);
-    if ((size_t)p.reasoning_end > g->sent_reasoning) g->sent_reasoning = (size_t)p.reasoning_end;
-    size_t from = content_from(g, &p);
-    chunk_text(sv, g, o, "content", text, from, (size_t)p.content_end, n_tok);
-    if ((size_t)p.content_end > from) g->sent_content = (size_t)p.content_end;
+int api_stream_text(server *sv, gen *g, jbuf *out, put_delta put, reply_split *end) {
+    job *j = g->job;
+    /* one event per token, as far as the text is final */
+    for (; g->sent_marks < j->n_gen && j->marks[g->sent_marks] <= j->committed; g->sent_marks++)
+        stream_parts(sv, g, out, put, j->marks[g->sent_marks], g->sent_marks + 1, NULL);
+    if (j->end == END_NONE || j->end == END_ERROR) return 0;
+    api_split_reply(g, end);
+    stream_parts(sv, g, out, put, j->text.n, j->n_gen, end);
+    return 1;
 }
 
 int api_stream(server *sv, gen *g, jbuf *out) {
     job *j = g->job;
-    const char *text = j->text.p ? j->text.p : "";
     if (!g->sent_head && g->kind == GEN_CHAT) {
         chunk_head(sv, g, out);
         jb_puts(out, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
     }
     g->sent_head = 1;
-    /* one chunk per token, as far as the text is final */
-    for (; g->sent_marks < j->n_gen && j->marks[g->sent_marks] <= j->committed; g->sent_marks++)
-        stream_parts(sv, g, out, text, j->marks[g->sent_marks], g->sent_marks + 1, 0);
+    reply_split r;
+    int ended = api_stream_text(sv, g, out, chunk_text, &r);
     if (j->end == END_NONE) return 0;
-    if (j->end == END_ERROR) {
+    if (!ended) {
         jbuf e = {0};
         api_error(&e, 500, NULL, "generation failed: %s", j->error);
         jb_printf(out, "data: %s\n\n", e.p ? e.p : "{}");
         jb_free(&e);
     } else {
-        stream_parts(sv, g, out, text, j->text.n, j->n_gen, 1);
         const char *finish = finish_name(j->end);
-        dsv41_reply_parts p = {0, 0, 0, -1};
-        if (g->kind == GEN_CHAT) dsv41_chat_reply_parts(text, j->text.n, g->flags | DSV41_REPLY_FINAL, &p);
-        jbuf calls = {0};
-        if (p.calls_start >= 0) {
-            if (put_tool_calls(&calls, g, text + p.calls_start, j->text.n - (size_t)p.calls_start, 1) == 0) {
-                chunk_head(sv, g, out);
-                jb_puts(out, "\"delta\":{");
-                jb_put(out, calls.p, calls.n);
-                jb_puts(out, "},\"logprobs\":null,\"finish_reason\":null}");
-                chunk_close(g, out, j->n_gen);
-                finish = "tool_calls";
-            } else /* a broken block stays text, with the whitespace before it, as in the whole reply */
-                chunk_text(sv, g, out, "content", text, content_from(g, &p), j->text.n, j->n_gen);
+        if (r.calls) {
+            chunk_head(sv, g, out);
+            jb_puts(out, "\"delta\":{");
+            put_tool_calls(out, g, r.calls, 1);
+            jb_puts(out, "},\"logprobs\":null,\"finish_reason\":null}");
+            chunk_close(g, out, j->n_gen);
+            finish = "tool_calls";
         }
-        jb_free(&calls);
+        dsv41_json_free(r.calls);
         chunk_head(sv, g, out);
         jb_printf(out, "%s,\"logprobs\":null,\"finish_reason\":\"%s\"}", g->kind == GEN_CHAT ? "\"delta\":{}" : "\"text\":\"\"", finish);
         chunk_close(g, out, j->n_gen);

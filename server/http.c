@@ -60,12 +60,16 @@ static int hung_up(struct MHD_Connection *conn) {
     return (p.revents & POLLIN) && recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
+/* The route's API: its requests and replies, its errors' shape. */
+static int is_anthropic(const request *rq) { return !strncmp(rq->path, "/v1/messages", 12); }
+
 static enum MHD_Result send_buf(request *rq, int status, jbuf *b, const char *type) {
     if (b->oom) {
         jb_free(b);
         api_error(b, 500, NULL, "out of memory");
         status = 500;
     }
+    if (status >= 400 && is_anthropic(rq)) anthropic_error_shape(b, status);
     struct MHD_Response *r = b->p ? MHD_create_response_from_buffer(b->n, b->p, MHD_RESPMEM_MUST_FREE)
                                   : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!r) return MHD_NO;
@@ -106,6 +110,18 @@ static int await_end(request *rq) {
     return 1;
 }
 
+/* Each kind's request and reply shapes (api.c, anthropic.c, responses.c). */
+static int parse_as(server *sv, gen_kind kind, const char *body, size_t n, gen *g, jbuf *err) {
+    return kind == GEN_MESSAGES ? anthropic_parse(sv, body, n, g, err)
+         : kind == GEN_RESPONSE ? responses_parse(sv, body, n, g, err) : api_parse_generation(sv, kind, body, n, g, err);
+}
+static int reply_as(server *sv, gen *g, jbuf *out) {
+    return g->kind == GEN_MESSAGES ? anthropic_reply(sv, g, out) : g->kind == GEN_RESPONSE ? responses_reply(sv, g, out) : api_reply(sv, g, out);
+}
+static int stream_as(server *sv, gen *g, jbuf *out) {
+    return g->kind == GEN_MESSAGES ? anthropic_stream(sv, g, out) : g->kind == GEN_RESPONSE ? responses_stream(sv, g, out) : api_stream(sv, g, out);
+}
+
 /* libmicrohttpd asks for the next bytes of a streamed reply: hands over what is queued, else
  * waits for the job's progress and turns it into events. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -117,10 +133,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (rq->done) return MHD_CONTENT_READER_END_OF_STREAM;
         rq->out.n = rq->out_at = 0;
         sched_lock(s);
-        rq->done = api_stream(rq->sv, &rq->gen, &rq->out);
+        rq->done = stream_as(rq->sv, &rq->gen, &rq->out);
         if (!rq->done && rq->out.n == 0) { /* nothing new: wait a slice, then look again */
             sched_wait(s, j, WAIT_MS);
-            rq->done = api_stream(rq->sv, &rq->gen, &rq->out);
+            rq->done = stream_as(rq->sv, &rq->gen, &rq->out);
         }
         rq->gen_tokens = j->n_gen;
         rq->cached_tokens = j->n_cached;
@@ -144,7 +160,7 @@ static void stream_free(void *cls) { request_unref(cls); }
 static enum MHD_Result generate(request *rq, gen_kind kind) {
     server *sv = rq->sv;
     jbuf out = {0};
-    int status = api_parse_generation(sv, kind, rq->body.p ? rq->body.p : "", rq->body.n, &rq->gen, &out);
+    int status = parse_as(sv, kind, rq->body.p ? rq->body.p : "", rq->body.n, &rq->gen, &out);
     if (status) return send_json(rq, status, &out);
     job *j = rq->gen.job;
     rq->prompt_tokens = j->n_prompt;
@@ -167,7 +183,7 @@ static enum MHD_Result generate(request *rq, gen_kind kind) {
         return ok;
     }
     int here = await_end(rq);
-    if (here) status = api_reply(sv, &rq->gen, &out);
+    if (here) status = reply_as(sv, &rq->gen, &out);
     rq->gen_tokens = j->n_gen;
     rq->cached_tokens = j->n_cached;
     sched_unlock(sv->sched);
@@ -215,10 +231,11 @@ static enum MHD_Result route(request *rq) {
     for (size_t i = 0; get && i < sizeof pages / sizeof pages[0]; i++)
         if (!strcmp(p, pages[i].path)) return send_page(rq, i);
     if (get && !strcmp(p, "/favicon.ico")) return send_buf(rq, 204, &out, "image/x-icon"); /* none: a browser asks anyway */
-    if (sv->api_key && strcmp(p, "/health")) {
+    if (sv->api_key && strcmp(p, "/health")) { /* OpenAI's clients send the key as a bearer token, Anthropic's as x-api-key */
         const char *auth = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Authorization");
-        if (!auth || strncmp(auth, "Bearer ", 7) || !key_matches(auth + 7, sv->api_key))
-            return send_error(rq, 401, NULL, "a valid API key is required (Authorization: Bearer KEY)");
+        const char *key = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "x-api-key");
+        if (!(auth && !strncmp(auth, "Bearer ", 7) && key_matches(auth + 7, sv->api_key)) && !(key && key_matches(key, sv->api_key)))
+            return send_error(rq, 401, NULL, "a valid API key is required (Authorization: Bearer KEY, or x-api-key: KEY)");
     }
     const char *body = rq->body.p ? rq->body.p : "";
     if (!strncmp(p, "/slots/", 7)) {
@@ -226,9 +243,12 @@ static enum MHD_Result route(request *rq) {
         const char *action = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "action");
         return send_json(rq, api_slot_action(sv, p + 7, action, body, rq->body.n, &out), &out);
     }
+    if (!strncmp(p, "/v1/responses/", 14)) /* a stored response, its input items, a cancel */
+        return send_error(rq, 404, NULL, "responses are not stored here: there is nothing to retrieve, list or cancel");
     static const struct { const char *path; int post; } routes[] = {
         {"/health", 0}, {"/v1/models", 0}, {"/metrics", 0}, {"/v1/chat/completions", 1},
         {"/v1/completions", 1}, {"/tokenize", 1}, {"/detokenize", 1}, {"/slots", 0},
+        {"/v1/messages", 1}, {"/v1/messages/count_tokens", 1}, {"/v1/responses", 1},
     };
     size_t r = 0, n_routes = sizeof routes / sizeof routes[0];
     while (r < n_routes && strcmp(p, routes[r].path)) r++;
@@ -250,7 +270,10 @@ static enum MHD_Result route(request *rq) {
     case 4: return generate(rq, GEN_COMPLETION);
     case 5: return send_json(rq, api_tokenize(sv, body, rq->body.n, &out), &out);
     case 6: return send_json(rq, api_detokenize(sv, body, rq->body.n, &out), &out);
-    default: return send_json(rq, api_slots(sv, &out), &out);
+    case 7: return send_json(rq, api_slots(sv, &out), &out);
+    case 8: return generate(rq, GEN_MESSAGES);
+    case 9: return send_json(rq, anthropic_count_tokens(sv, body, rq->body.n, &out), &out);
+    default: return generate(rq, GEN_RESPONSE);
     }
 }
 

@@ -18,6 +18,7 @@ job *job_new(const int32_t *prompt, int32_t n_prompt) {
     j->id_slot = -1;
     j->cache_prompt = 1;
     j->slot = -1;
+    j->stop_hit = -1;
     atomic_init(&j->cancel, 0);
     pthread_cond_init(&j->changed, NULL);
     return j;
@@ -53,6 +54,9 @@ int job_append(job *j, int32_t id, const char *piece, size_t n) {
     j->marks[j->n_gen++] = j->text.n;
     int64_t cut = dsv41_stop_find(j->text.p, j->text.n, from, (const char *const *)j->stops, j->n_stops, &held);
     if (cut >= 0) {
+        for (int i = 0; i < j->n_stops && j->stop_hit < 0; i++) /* the stop that begins at the cut */
+            if (j->text.n - (size_t)cut >= strlen(j->stops[i]) && !memcmp(j->text.p + cut, j->stops[i], strlen(j->stops[i])))
+                j->stop_hit = i;
         j->text.n = (size_t)cut;
         j->text.p[j->text.n] = 0;
         return 1;

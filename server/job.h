@@ -26,6 +26,7 @@ typedef struct job {
     int n_stops;
     int32_t id_slot;          /* the slot asked for, -1: any */
     int cache_prompt;         /* reuse what the slot holds (else a cold prefill) */
+    int special;              /* the text keeps every special token (else dsv41_token_in_reply's rule) */
     /* progress: written by the scheduler, read under the lock */
     jbuf text;                /* the reply: whole characters, cut before a stop string */
     size_t committed;         /* text[0, committed) is final: no stop string can take it back */
@@ -35,6 +36,7 @@ typedef struct job {
     int32_t n_cached;         /* prompt tokens reused from the slot's cache, not computed */
     int32_t slot;             /* the slot that serves it, -1 until one does */
     job_end end;              /* END_NONE while the job runs */
+    int stop_hit;             /* the stop string (an index in stops) that ended the reply, -1: none */
     char error[256];          /* END_ERROR: what failed */
     double t_submit, t_start, t_end; /* seconds on the monotonic clock */
     /* control */

@@ -279,7 +279,8 @@ static int sample_next(sched *s, slot *sl) {
     job *j = sl->job;
     int32_t id = dsv41_sample(sl->sampler, sl->logits);
     char piece[4096];
-    int64_t n = id == s->eos ? 0 : dsv41_detokenize(s->tok, &sl->utf8, id, piece, sizeof piece);
+    int shown = id != s->eos && (j->special || dsv41_token_in_reply(s->tok, id));
+    int64_t n = shown ? dsv41_detokenize(s->tok, &sl->utf8, id, piece, sizeof piece) : 0;
     sched_lock(s);
     int stop = id == s->eos ? 1 : job_append(j, id, piece, n > 0 ? (size_t)n : 0);
     s->gen_tokens += id != s->eos;

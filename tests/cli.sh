@@ -97,6 +97,9 @@ ids=$(printf '%s\n' "$out" | tr ',' '\n' | grep -cE '^[0-9]+$')
     ok || bad "run: rc=$rc, output '$out', stderr '$(cat "$tmp/err")'"
 again=$("$dsv41" run --ids 2,17,47 -n 16 2>/dev/null)
 [ "$again" = "$out" ] && ok || bad "run is deterministic"
+# stdout and stderr in one pipe (stdout fully buffered): the ids' line ends before the timings
+both=$("$dsv41" run --ids 2,17,47 -n 16 2>&1 | head -n 2)
+[ "$(printf '%s\n' "$both" | head -n 1)" = "$out" ] && ok || bad "run: the ids' line is not ended first: '$both'"
 # greedy is the argmax: a temperature of 0 and the llama.cpp spellings give the same ids
 same=$("$dsv41" run --ids 2,17,47 --n-predict 16 --temperature 0 -s 5 --threads 2 2>/dev/null)
 [ "$same" = "$out" ] && ok || bad "llama.cpp spellings: '$same'"

@@ -63,6 +63,10 @@ conf dim 'c["dim"] = 64.5'
 expect_named "config: a float dim" dim $dsv41 synth --config "$tmp/dim.cfg.json" -o "$tmp/dim_ck"
 [ -z "$(ls "$tmp" | grep -e _ck)" ] && ok || bad "failed synths leave nothing behind: $(ls "$tmp")"
 
+# a sliding window longer than the context: refused before any allocation (it sized a ring of
+# 2^30 rows per layer and each decode step's scratch)
+conf window_huge 'c["window_size"] = 2**30'
+expect_named "config: a window over the context" window_size $dsv41 synth --config "$tmp/window_huge.cfg.json" -o "$tmp/window_ck"
 # a huge index_topk: the top-k never holds more than the compressed entries so far, so it runs
 # (before: abort "out of memory for 192 bytes of scratch") and equals index_topk = max_seq_len
 conf topk_huge 'c["index_topk"] = 2**30'

@@ -3,7 +3,10 @@
 # vocabulary and the V4.1 tokenizer. Greedy replies are checked against `dsv41 run -p` (whole,
 # streamed, as a raw completion), 8 clients at once get what each gets alone in fewer forward
 # steps than tokens (batched), the official
-# `openai` npm client drives a chat, a stream and a tool-call round trip, headless chromium
+# `openai` npm client drives a chat, a stream and a tool-call round trip, and the same on
+# /v1/responses, the official
+# `@anthropic-ai/sdk` client the same on /v1/messages (with pings during a long prefill and
+# Anthropic's error shape), headless chromium
 # drives the chat page at / (tests/serve_page.mjs), every kind of bad
 # request gets its status and OpenAI's
 # error shape while the server keeps serving, a client that hangs up frees its slot, a bounded
@@ -12,14 +15,14 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 
-# the greedy replies `dsv41 run -p --special` gives (its stdout ends with one added newline; the
-# server returns special tokens as text, the program shows them only with --special)
+# the greedy replies `dsv41 run -p` gives (its stdout ends with one added newline; the server
+# leaves out the same special tokens, tests/serve_text.sh checks that rule on every route)
 n=12
 for i in 0 1; do
-    $dsv41 run -m "$m" -p "Question $i: what is $i + $i?" -n $n --temp 0 --special -t 1 2>/dev/null >"$tmp/run$i"
+    $dsv41 run -m "$m" -p "Question $i: what is $i + $i?" -n $n --temp 0 -t 1 2>/dev/null >"$tmp/run$i"
     python3 -c 'import sys; t=open(sys.argv[1],"rb").read(); open(sys.argv[1],"wb").write(t[:-1])' "$tmp/run$i"
 done
-$dsv41 run -m "$m" -p "Hello there" -n $n --temp 0 --special -t 1 2>/dev/null | python3 -c 'import sys; sys.stdout.buffer.write(sys.stdin.buffer.read()[:-1])' >"$tmp/hello"
+$dsv41 run -m "$m" -p "Hello there" -n $n --temp 0 -t 1 2>/dev/null | python3 -c 'import sys; sys.stdout.buffer.write(sys.stdin.buffer.read()[:-1])' >"$tmp/hello"
 
 start main -np 8 || { finish; exit 1; }
 
@@ -103,15 +106,43 @@ gen, steps = b["dsv41_generated_tokens_total"] - a["dsv41_generated_tokens_total
 assert gen == int(sys.argv[3]) and 0 < steps < gen and b["dsv41_batch_size"] >= 1, (gen, steps)
 PY
 
-# the official openai client
-if [ -d tests/node/node_modules/openai ] && command -v node >/dev/null; then
-    out=$(node tests/serve_client.mjs "http://127.0.0.1:$port" "$tmp/hello" $n 2>&1)
-    printf '%s\n' "$out" | grep '^FAIL' | sed 's/^FAIL: /FAIL: openai client: /'
+# client NAME PACKAGE SCRIPT: a node script (tests/client_lib.mjs) driving the server through an
+# npm package; its FAIL lines are shown and its closing line is one case
+client() {
+    if [ ! -d "tests/node/node_modules/$2" ] || ! command -v node >/dev/null; then
+        bad "node or the $2 npm package is missing (make test installs the packages: npm ci --prefix tests/node)"
+        return
+    fi
+    out=$(node "$3" "http://127.0.0.1:$port" "$tmp/hello" $n 2>&1)
+    printf '%s\n' "$out" | grep '^FAIL' | sed "s/^FAIL: /FAIL: $1: /"
     line=$(printf '%s\n' "$out" | tail -n 1)
-    case $line in *" passed, 0 failed") ok ;; *) bad "openai client: $line" ;; esac
-else
-    bad "the openai npm package is missing: .ci/run installs it (npm ci --prefix tests/node)"
-fi
+    case $line in *" passed, 0 failed") ok ;; *) bad "$1: $line" ;; esac
+}
+# the official openai client (chat completions and responses), and @anthropic-ai/sdk on /v1/messages
+client "openai client" openai tests/serve_client.mjs
+client "anthropic client" @anthropic-ai/sdk tests/serve_anthropic.mjs
+# a long prefill streamed through /v1/messages: pings keep the stream alive before the first block
+python3 -c 'import json; print(json.dumps({"max_tokens": 2, "stream": True, "messages": [{"role": "user", "content": "word " * 3000}]}))' >"$tmp/long.json"
+curl -sN -o "$tmp/pings" "http://127.0.0.1:$port/v1/messages" --data-binary "@$tmp/long.json"
+python3 - "$tmp/pings" <<'PY' && ok || bad "pings during a long prefill: $(grep -c ping "$tmp/pings") pings, $(head -c 300 "$tmp/pings")"
+import sys
+events = [l[7:] for l in open(sys.argv[1], encoding="utf-8").read().split("\n") if l.startswith("event: ")]
+first = events.index("content_block_start")
+assert events[0] == "message_start" and "ping" in events[1:first] and events[-1] == "message_stop", events
+PY
+# Anthropic's error shape on its routes, for any status
+anthropic_err() {
+    name=$1; want=$2; shift 2
+    req "$@"
+    if [ "$code" = "$want" ] && grep -Eq '^\{"type":"error","error":\{"type":"[a-z_]+","message":"([^"\\]|\\.)*"\}\}$' "$tmp/resp"
+    then ok; else bad "$name: status $code (want $want), $(head -c 300 "$tmp/resp")"; fi
+}
+anthropic_err "messages: malformed JSON" 400 POST /v1/messages '{"messages": ['
+anthropic_err "messages: no max_tokens" 400 POST /v1/messages '{"messages":[{"role":"user","content":"x"}]}'
+anthropic_err "messages: an image block" 400 POST /v1/messages '{"max_tokens":2,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}'
+anthropic_err "messages: a server tool" 400 POST /v1/messages '{"max_tokens":2,"messages":[{"role":"user","content":"x"}],"tools":[{"type":"web_search_20250305","name":"web_search"}]}'
+anthropic_err "messages: wrong method" 405 GET /v1/messages
+anthropic_err "messages: over the context" 400 POST /v1/messages '{"max_tokens":5000,"messages":[{"role":"user","content":"x"}]}'
 
 # the chat page: its security headers, then a real browser
 hdr=$(curl -s -D - -o "$tmp/page" "http://127.0.0.1:$port/")
@@ -144,6 +175,10 @@ expect_err "tokenize without content" 400 POST /tokenize '{}'
 expect_err "detokenize of an unknown id" 400 POST /detokenize '{"tokens":[99999999]}'
 expect_err "prompt and max_tokens over the context" 400 POST /v1/chat/completions "$(chat hi 5000)"
 grep -q '"message":"[^"]*5000[^"]*4096' "$tmp/resp" && ok || bad "the context error names the numbers: $(cat "$tmp/resp")"
+expect_err "responses: previous_response_id" 400 POST /v1/responses '{"input":"x","previous_response_id":"resp_1"}'
+expect_err "responses: a stored response" 404 GET /v1/responses/resp_1
+expect_err "responses: a hosted tool" 400 POST /v1/responses '{"input":"x","tools":[{"type":"web_search"}]}'
+expect_err "responses: an image" 400 POST /v1/responses '{"input":[{"role":"user","content":[{"type":"input_image","image_url":"x"}]}]}'
 expect_err "unknown route" 404 GET /v2/everything
 expect_err "wrong method" 405 GET /v1/chat/completions
 head -c 9000000 /dev/zero | tr '\0' 'a' >"$tmp/big"
@@ -163,7 +198,7 @@ done
 
 # /metrics counts what happened
 req GET /metrics
-grep -q '^dsv41_requests_total{status="400"} [1-9]' "$tmp/resp" && grep -q '^dsv41_requests_total{status="404"} 1$' "$tmp/resp" &&
+grep -q '^dsv41_requests_total{status="400"} [1-9]' "$tmp/resp" && grep -q '^dsv41_requests_total{status="404"} [1-9]' "$tmp/resp" &&
     grep -q '^dsv41_generated_tokens_total [1-9]' "$tmp/resp" && grep -q '^dsv41_decode_tokens_per_second [0-9.]*[1-9]' "$tmp/resp" &&
     ok || bad "metrics: $(grep -v '^#' "$tmp/resp" | head -c 600)"
 
@@ -203,6 +238,11 @@ req GET /health
 [ "$code" = 200 ] && ok || bad "health without a key: $code"
 req POST /v1/chat/completions "$(chat hi 2)" -H 'Authorization: Bearer sekrit'
 [ "$code" = 200 ] && ok || bad "the right API key: $code $(cat "$tmp/resp")"
+req POST /v1/messages '{"max_tokens":2,"messages":[{"role":"user","content":"hi"}]}' -H 'x-api-key: sekrit'
+[ "$code" = 200 ] && ok || bad "the right key as x-api-key: $code $(cat "$tmp/resp")"
+req POST /v1/messages '{"max_tokens":2,"messages":[{"role":"user","content":"hi"}]}' -H 'x-api-key: sekriT'
+[ "$code" = 401 ] && grep -q '^{"type":"error","error":{"type":"authentication_error",' "$tmp/resp" && ok ||
+    bad "a wrong x-api-key: $code $(cat "$tmp/resp")"
 long=$(chat 'a long one' 3000 | sed 's/}$/,"stream":true}/')
 for k in 1 2; do
     curl -sN -o /dev/null -H 'Authorization: Bearer sekrit' "http://127.0.0.1:$port/v1/chat/completions" --data-binary "$long" &

@@ -48,6 +48,16 @@ try {
     let a = await assistants();
     check(a.length === 1 && a[0].length > 0 && /tokens\/s/.test(a[0]), `a streamed reply: ${JSON.stringify(a)}`);
 
+    // special tokens: the server's rule unless the setting shows them
+    const bodies = [];
+    page.on("request", (r) => { if (r.url().endsWith("/v1/chat/completions")) bodies.push(JSON.parse(r.postData() || "{}")); });
+    await setField("#special", "shown");
+    await page.type("#prompt", "Again");
+    await page.keyboard.press("Enter");
+    await idle();
+    await setField("#special", "");
+    check(bodies.length === 1 && bodies[0].skip_special_tokens === false, `the special-token setting: ${JSON.stringify(bodies)}`);
+
     const html = "<img src=x onerror=alert(1)> and <b>bold</b>";
     await page.type("#prompt", "line one");
     await page.keyboard.down("Shift");
@@ -58,7 +68,7 @@ try {
     await idle();
     const users = await page.$$eval('[data-role="user"]', (es) => es.map((e) => e.textContent));
     const tags = await page.$$eval("#messages img, #messages b", (es) => es.length);
-    check(users.length === 2 && users[1] === "line one\n" + html && tags === 0, `HTML stays text: ${JSON.stringify(users)}, ${tags} elements`);
+    check(users.length === 3 && users[2] === "line one\n" + html && tags === 0, `HTML stays text: ${JSON.stringify(users)}, ${tags} elements`);
 
     await setField("#max-tokens", "3000");
     await setField("#temperature", "0.8");
@@ -80,7 +90,7 @@ try {
     const before = await page.$$eval(".msg", (es) => es.map((e) => e.dataset.role + ":" + e.textContent));
     await page.reload({ waitUntil: "networkidle0" });
     const after = await page.$$eval(".msg", (es) => es.map((e) => e.dataset.role + ":" + e.textContent));
-    check(before.length === 6 && JSON.stringify(before) === JSON.stringify(after), `the conversation survives a reload: ${before.length} vs ${after.length}`);
+    check(before.length === 8 && JSON.stringify(before) === JSON.stringify(after), `the conversation survives a reload: ${before.length} vs ${after.length}`);
     if (shot) await page.screenshot({ path: shot });
 
     await page.click("#new-chat");

@@ -191,6 +191,12 @@ static void test_tables(const dsv41_tokenizer *t41, const dsv41_tokenizer *t3) {
     CHECK(tokenizer_is_special(t41, 1) && !tokenizer_is_special(t41, 128804) && tokenizer_is_special(t41, 128799) &&
               tokenizer_is_special(t41, 128821) && !tokenizer_is_special(t41, 19923),
           "V4.1 flags: inherited by spelling, new tokens special, vocabulary not");
+    int32_t think = dsv41_tokenizer_find(t41, "<think>"), unthink = dsv41_tokenizer_find(t41, "</think>");
+    int32_t dsml = dsv41_tokenizer_find(t41, "｜DSML｜"), eos = dsv41_tokenizer_find(t41, "<｜end▁of▁sentence｜>");
+    CHECK(tokenizer_is_special(t41, think) && tokenizer_is_special(t41, unthink) && tokenizer_is_special(t41, dsml) &&
+              dsv41_token_in_reply(t41, think) && dsv41_token_in_reply(t41, unthink) && dsv41_token_in_reply(t41, dsml) &&
+              !dsv41_token_in_reply(t41, eos) && !dsv41_token_in_reply(t41, 128799) && dsv41_token_in_reply(t41, 19923),
+          "reply text: the special tokens that mark its parts kept, the others left out, the vocabulary kept");
     size_t len;
     CHECK(dsv41_token_bytes(t41, 129280, &len) == NULL && dsv41_token_bytes(t41, -1, &len) == NULL,
           "ids outside the vocabulary have no bytes");
@@ -263,12 +269,12 @@ static void test_stream(const dsv41_tokenizer *t) {
 
 /* Writes a byte-level tokenizer.json: the 256 byte tokens (id = byte), "ab" = 256 with merge
  * "a b", and the given normalizer, pre_tokenizer and extra model members (placed first, so a
- * member given there wins). */
-static void write_tiny(const char *path, const char *normalizer, const char *pre, const char *model_extra) {
+ * member given there wins); vocab_first (NULL: none) opens the vocabulary. */
+static void write_tiny(const char *path, const char *normalizer, const char *pre, const char *model_extra, const char *vocab_first) {
     FILE *f = fopen(path, "w");
     if (!f) return;
-    fprintf(f, "{\"normalizer\": %s, \"pre_tokenizer\": %s, \"model\": {%s \"type\": \"BPE\", \"vocab\": {",
-            normalizer, pre, model_extra);
+    fprintf(f, "{\"normalizer\": %s, \"pre_tokenizer\": %s, \"model\": {%s \"type\": \"BPE\", \"vocab\": {%s",
+            normalizer, pre, model_extra, vocab_first ? vocab_first : "");
     for (int b = 0, extra = 0; b < 256; b++) {
         int printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
         unsigned cp = printable ? (unsigned)b : 256u + (unsigned)extra++;
@@ -289,22 +295,27 @@ static void test_loader(void) {
     static const char split_space[] = "{\"type\": \"Split\", \"pattern\": {\"String\": \" \"}, \"behavior\": \"Isolated\", \"invert\": false}";
     static const struct {
         const char *normalizer, *pre, *model_extra, *error; /* error NULL: loads */
+        const char *vocab_first;                            /* entries before the byte tokens, or NULL */
     } cases[] = {
-        {"null", split_space, "", NULL},
-        {"null", "null", "", NULL},
+        {"null", split_space, "", NULL, NULL},
+        {"null", "null", "", NULL, NULL},
         /* a pattern that matches only empty, at the end */
-        {"null", "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"$\"}, \"behavior\": \"Isolated\"}", "", NULL},
-        {"null", "null", "\"type\": \"WordPiece\",", "only type BPE"},
-        {"null", "null", "\"byte_fallback\": true,", "byte_fallback"},
-        {"{\"type\": \"NFC\"}", "null", "", "normalizer"},
-        {"null", "{\"type\": \"Whitespace\"}", "", "not supported"},
-        {"null", "{\"type\": \"ByteLevel\", \"use_regex\": true}", "", "use_regex"},
-        {"null", "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"(\"}, \"behavior\": \"Isolated\"}", "", "regex error"},
-        {"null", "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Removed\"}", "", "Isolated"},
-        {"null", "null", "\"merges\": [\"a zz\"],", "not in the vocabulary"},
+        {"null", "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"$\"}, \"behavior\": \"Isolated\"}", "", NULL, NULL},
+        {"null", "null", "\"type\": \"WordPiece\",", "only type BPE", NULL},
+        {"null", "null", "\"byte_fallback\": true,", "byte_fallback", NULL},
+        {"{\"type\": \"NFC\"}", "null", "", "normalizer", NULL},
+        {"null", "{\"type\": \"Whitespace\"}", "", "not supported", NULL},
+        {"null", "{\"type\": \"ByteLevel\", \"use_regex\": true}", "", "use_regex", NULL},
+        {"null", "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"(\"}, \"behavior\": \"Isolated\"}", "", "regex error", NULL},
+        {"null", "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Removed\"}", "", "Isolated", NULL},
+        {"null", "null", "\"merges\": [\"a zz\"],", "not in the vocabulary", NULL},
+        /* an empty-string token, stored before any other (no text buffer yet), and a merge with
+         * it as a part: they load, and no piece ever holds an empty symbol */
+        {"null", "null", "", NULL, "\"\": 257, "},
+        {"null", "null", "\"merges\": [\"a \", \"a b\"],", NULL, "\"\": 257, "},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        write_tiny(path, cases[i].normalizer, cases[i].pre, cases[i].model_extra);
+        write_tiny(path, cases[i].normalizer, cases[i].pre, cases[i].model_extra, cases[i].vocab_first);
         dsv41_tokenizer *t = dsv41_tokenizer_load(path);
         if (cases[i].error) {
             CHECK(!t && strstr(dsv41_error(), cases[i].error) && strstr(dsv41_error(), path), "loader case %zu: '%s'", i,

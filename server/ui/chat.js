@@ -5,7 +5,7 @@
 
 const KEY = "dsv41-chat";
 const $ = (id) => document.getElementById(id);
-const fields = { temperature: "temperature", top_p: "top-p", max_tokens: "max-tokens", effort: "effort", api_key: "api-key", system: "system" };
+const fields = { temperature: "temperature", top_p: "top-p", max_tokens: "max-tokens", effort: "effort", special: "special", api_key: "api-key", system: "system" };
 let state = load();
 let controller = null; // the reply being streamed
 
@@ -89,6 +89,7 @@ function request() {
     if (num(s.top_p) !== undefined) body.top_p = num(s.top_p);
     if (num(s.max_tokens) !== undefined) body.max_tokens = num(s.max_tokens);
     if (s.effort) body.reasoning_effort = s.effort;
+    if (s.special) body.skip_special_tokens = false; // the server's rule otherwise, as the CLI's without --special
     return body;
 }
 

@@ -284,6 +284,11 @@ static int config_read(config *c, const cfg_src *fx) {
         return set_error("config: n_heads*head_dim must divide into o_groups");
     if (c->n_activated_experts > c->n_routed_experts)
         return set_error("config: n_activated_experts exceeds n_routed_experts");
+    /* the window ring is allocated whole per layer and read whole by each decode step: a window
+     * longer than the context would only cost memory no token can use (sizes come from a file) */
+    if (c->window_size > c->max_seq_len)
+        return set_error("config: '%s' %d exceeds the context '%s' %d", spelled(fx, "window_size"), c->window_size,
+                         spelled(fx, "max_seq_len"), c->max_seq_len);
     const json *targets = lookup(fx, "dspark_target_layer_ids");
     c->dspark_n_targets = targets && targets->type == JSON_ARR ? (int32_t)targets->len : 0;
     if (get_opt_int(fx, "n_mtp_layers", &c->n_mtp_layers) || get_opt_int(fx, "dspark_n_routed_experts", &c->dspark_n_experts) ||

@@ -92,8 +92,18 @@ static int64_t mono_ns(void) {
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-static int job_posted(uint64_t seen) { return TICKET_JOB(__atomic_load_n(&P.ticket, __ATOMIC_ACQUIRE)) != seen; }
-static int job_finished(uint64_t ranges) { return __atomic_load_n(&P.finished, __ATOMIC_ACQUIRE) == ranges; }
+/* Going to sleep is a handshake of two sides, each storing its own flag, then loading the
+ * other's: a worker counts itself in `sleepers` and then looks for a new ticket, the owner
+ * stores the ticket and then looks at `sleepers`; the owner sets `owner_sleeps` and then looks
+ * at `finished`, a worker adds to `finished` and then looks at `owner_sleeps`. Each needs that
+ * at least one side sees the other's store, or a thread sleeps with nobody to wake it. C11
+ * promises that only when all four accesses are seq_cst: they then fall in one total order,
+ * and whichever load comes later in it sees the other side's store. An acquire load is outside
+ * that order and may read a value older than a seq_cst store that came before it (on arm64 an
+ * LDAPR may pass an earlier STLR), so the loads below are seq_cst too, not acquire; on x86 the
+ * two compile to the same instruction, on arm64 to LDAR instead of LDAPR. */
+static int job_posted(uint64_t seen) { return TICKET_JOB(__atomic_load_n(&P.ticket, __ATOMIC_SEQ_CST)) != seen; }
+static int job_finished(uint64_t ranges) { return __atomic_load_n(&P.finished, __ATOMIC_SEQ_CST) == ranges; }
 
 /* Spins until done(arg) or for SPIN_NS; returns done(arg). */
 static int spin_until(int (*done)(uint64_t), uint64_t arg) {

@@ -178,7 +178,7 @@ static int32_t bytes_lookup(const dsv41_tokenizer *t, const void *p, size_t n) {
 
 /* Sets the bytes token id decodes to. */
 static int store_text(dsv41_tokenizer *t, int32_t id, const void *p, size_t n) {
-    if (t->text_len + n > t->text_cap) {
+    if (!t->text || t->text_len + n > t->text_cap) { /* an empty token too: every token's bytes point into the buffer */
         size_t cap = t->text_cap ? t->text_cap : 1 << 20;
         while (cap < t->text_len + n) cap *= 2;
         char *nt = realloc(t->text, cap);
@@ -186,7 +186,7 @@ static int store_text(dsv41_tokenizer *t, int32_t id, const void *p, size_t n) {
         t->text = nt;
         t->text_cap = cap;
     }
-    if (n) memcpy(t->text + t->text_len, p, n); /* an empty token has no bytes, and maybe no buffer yet */
+    if (n) memcpy(t->text + t->text_len, p, n);
     t->off[id] = t->text_len;
     t->len[id] = (uint32_t)n;
     t->text_len += n;
@@ -437,7 +437,7 @@ static int load_merges(dsv41_tokenizer *t, const json *merges) {
         int32_t ia = spelling_lookup(t, a, an), ib = spelling_lookup(t, b, bn);
         if (ia < 0 || ib < 0) return set_error("merges: entry %zu names a token not in the vocabulary", i);
         size_t la = t->len[ia], lb = t->len[ib];
-        char *cat = malloc(la + lb);
+        char *cat = malloc(la + lb + 1); /* never malloc(0): a part may be an empty token */
         if (!cat) return set_error("out of memory");
         memcpy(cat, t->text + t->off[ia], la);
         memcpy(cat + la, t->text + t->off[ib], lb);
@@ -567,6 +567,19 @@ int tokenizer_is_special(const dsv41_tokenizer *t, int32_t id) {
 }
 
 int dsv41_token_is_special(const dsv41_tokenizer *t, int32_t id) { return tokenizer_is_special(t, id); }
+
+/* The special tokens that mark a reply's parts: the start and end of its reasoning and the DSML
+ * tool-call marker. Reply text keeps them even when it leaves special tokens out, because its
+ * readers split the reply on them (the server into reasoning, answer and tool calls; a person
+ * reading the CLI sees where the thinking ends), so every caller shows the same text. */
+static const char *const reply_marks[] = {"<think>", "</think>", "｜DSML｜"};
+
+int dsv41_token_in_reply(const dsv41_tokenizer *t, int32_t id) {
+    if (!tokenizer_is_special(t, id)) return 1;
+    for (size_t i = 0; i < sizeof reply_marks / sizeof reply_marks[0]; i++)
+        if (t->len[id] == strlen(reply_marks[i]) && !memcmp(t->text + t->off[id], reply_marks[i], t->len[id])) return 1;
+    return 0;
+}
 
 int32_t dsv41_tokenizer_bos(const dsv41_tokenizer *t) { return t->bos; }
 int32_t dsv41_tokenizer_eos(const dsv41_tokenizer *t) { return t->eos; }

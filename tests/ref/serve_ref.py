@@ -37,4 +37,5 @@ for i in range(n):
     out.append(t)
     if i + 1 < n:
         feed([t])
-print(json.dumps({"tokens": out, "text": m.detokenize(out)}, ensure_ascii=False))
+# the text by the one rule for reply text: special tokens left out but those that mark its parts
+print(json.dumps({"tokens": out, "text": "".join(m._pieces(out, False))}, ensure_ascii=False))
