@@ -44,7 +44,7 @@ uint64_t linear_macs(void) { return __atomic_load_n(&macs, __ATOMIC_RELAXED); }
 /* Application threads may make their first call at the same time: each picks the same set. */
 const kernel_set *kernels_current(void) {
     const kernel_set *k = __atomic_load_n(&active, __ATOMIC_ACQUIRE);
-    if (!k) __atomic_store_n(&active, k = kernels_best(), __ATOMIC_RELEASE);
+    if (!k) __atomic_store_n(&active, k = kernels_default(), __ATOMIC_RELEASE);
     return k;
 }
 void kernels_use(const kernel_set *k) { __atomic_store_n(&active, k, __ATOMIC_RELEASE); }

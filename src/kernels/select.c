@@ -2,7 +2,10 @@
  *
  * x86-64 has the avx2 set (AVX2, FMA, F16C) and the avx512 set (AVX-512 F/BW/VL/DQ with VNNI
  * and VBMI), each compiled with function-level target attributes and used only when the CPU
- * (and the OS, for the wider registers) supports it. arm64 always has NEON. */
+ * (and the OS, for the wider registers) supports it, and the amx set (amx.c), which runs on
+ * every x86-64 CPU: on the tile instructions where they exist, else on their emulation. It is
+ * listed last and taken by name only, never as the default: emulated it is the slowest set, and
+ * on the tiles it has not been measured against avx512 yet. arm64 always has NEON. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +15,7 @@
 #if defined(__x86_64__)
 #include <cpuid.h>
 
-static const kernel_set *const ALL[] = {&kernels_scalar, &kernels_avx2, &kernels_avx512};
+static const kernel_set *const ALL[] = {&kernels_scalar, &kernels_avx2, &kernels_avx512, &kernels_amx};
 
 /* F16C (CPUID.1:ECX bit 29); not every compiler's __builtin_cpu_supports knows it */
 static int has_f16c(void) {
@@ -47,11 +50,26 @@ const kernel_set *kernels_find(const char *name) {
     return NULL;
 }
 
-/* The last supported set in ALL, which lists them from slowest to fastest. */
+/* The last supported set in ALL but amx: ALL lists the vector sets from slowest to fastest. */
 const kernel_set *kernels_best(void) {
     for (size_t i = sizeof ALL / sizeof *ALL; i-- > 0;)
-        if (supported(ALL[i])) return ALL[i];
+        if (supported(ALL[i]) && strcmp(ALL[i]->name, "amx")) return ALL[i];
     return &kernels_scalar;
+}
+
+const kernel_set *kernels_default(void) {
+    const char *name = getenv("DSV41_KERNELS");
+    const kernel_set *k = name && *name ? kernels_find(name) : NULL;
+    return k ? k : kernels_best();
+}
+
+int dsv41_kernels_emulated(const char *name) {
+#if defined(__x86_64__)
+    return name && !strcmp(name, "amx") && !amx_native();
+#else
+    (void)name;
+    return 0;
+#endif
 }
 
 int32_t dsv41_kernel_sets(const char **names, int32_t cap) {
