@@ -365,20 +365,20 @@ static void test_tiles(void) {
         for (int r = 0; r < 16; r++)
             for (int j = 0; j < 20; j++) c[r][j] = it % 3 ? (int32_t)rnd() : (int32_t)(rnd() % 2 ? 0x7FFFFF00 : -0x7FFFFF00);
         memset(got, 0x5A, sizeof got);
-        tile_config cfg;
+        amx_tilecfg cfg;
         memset(&cfg, 0, sizeof cfg);
         cfg.palette = 1;
         cfg.rows[0] = (uint8_t)M, cfg.colsb[0] = (uint16_t)(4 * K); /* A */
         cfg.rows[1] = (uint8_t)K, cfg.colsb[1] = (uint16_t)(4 * N); /* B */
         cfg.rows[5] = (uint8_t)M, cfg.colsb[5] = (uint16_t)(4 * N); /* C */
-        bad += !tile_config_valid(&cfg);
-        tile_emu ts;
-        emu_config(&ts, &cfg);
-        emu_load(&ts, 0, a, sizeof a[0]);
-        emu_load(&ts, 1, b, sizeof b[0]);
-        emu_load(&ts, 5, c, sizeof c[0]);
-        emu_dpbusd(&ts, 5, 0, 1);
-        emu_store(&ts, 5, got, sizeof got[0]);
+        bad += !amx_tilecfg_valid(&cfg);
+        amx_emu ts;
+        amx_emu_config(&ts, &cfg);
+        amx_emu_load(&ts, 0, a, sizeof a[0]);
+        amx_emu_load(&ts, 1, b, sizeof b[0]);
+        amx_emu_load(&ts, 5, c, sizeof c[0]);
+        amx_emu_dpbusd(&ts, 5, 0, 1);
+        amx_emu_store(&ts, 5, got, sizeof got[0]);
         for (int m = 0; m < 16; m++)
             for (int n = 0; n < 20; n++) {
                 int32_t want;
@@ -393,26 +393,26 @@ static void test_tiles(void) {
             }
         for (int m = 0; m < 16; m++) /* nothing past the configured shape */
             for (int j = 0; j < 64; j++) bad += ts.t[5][m][j] != 0 && (m >= M || j >= 4 * N);
-        emu_release(&ts);
+        amx_emu_release(&ts);
     }
     CHECK(bad == 0, "emulated TDPBUSD, loads and stores follow the instruction set's definition (%d differences)", bad);
-    tile_config cfg;
+    amx_tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     cfg.rows[0] = 16, cfg.colsb[0] = 64;
-    int valid = tile_config_valid(&cfg);
+    int valid = amx_tilecfg_valid(&cfg);
     cfg.rows[0] = 17;
-    int refused = !tile_config_valid(&cfg);
+    int refused = !amx_tilecfg_valid(&cfg);
     cfg.rows[0] = 16, cfg.colsb[0] = 68;
-    refused += !tile_config_valid(&cfg);
+    refused += !amx_tilecfg_valid(&cfg);
     cfg.colsb[0] = 64, cfg.rows[8] = 1, cfg.colsb[8] = 4;
-    refused += !tile_config_valid(&cfg);
+    refused += !amx_tilecfg_valid(&cfg);
     cfg.rows[8] = 0, cfg.colsb[8] = 0, cfg.reserved[3] = 1;
-    refused += !tile_config_valid(&cfg);
+    refused += !amx_tilecfg_valid(&cfg);
     cfg.reserved[3] = 0, cfg.palette = 2;
-    refused += !tile_config_valid(&cfg);
+    refused += !amx_tilecfg_valid(&cfg);
     cfg.palette = 1, cfg.rows[2] = 4;
-    refused += !tile_config_valid(&cfg);
+    refused += !amx_tilecfg_valid(&cfg);
     CHECK(valid && refused == 6, "tile configurations: a full tile taken, %d of 6 bad ones refused", refused);
 }
 #endif

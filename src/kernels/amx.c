@@ -50,8 +50,8 @@ typedef struct {
 } amx_weights;
 
 /* The shapes of amx_kernel.h's tiles for nt tokens: A 16 x 32 bytes, B 8 x 4 nt, C 16 x 4 nt */
-static tile_config amx_config(int nt) {
-    tile_config c;
+static amx_tilecfg amx_config(int nt) {
+    amx_tilecfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
     c.rows[0] = AMX_ROWS;

@@ -42,7 +42,7 @@ TILE_TGT static int AMX_QUANT(const weight *w, int64_t r0, int64_t r1, const flo
                 for (int g = 0; ok && g * AMX_TOKENS < ng; g++) {
                     const int nt = (int)imin(AMX_TOKENS, ng - g * AMX_TOKENS);
                     if (nt != conf) {
-                        const tile_config c = amx_config(nt);
+                        const amx_tilecfg c = amx_config(nt);
                         TILE_CONFIG(ts, &c);
                         conf = nt;
                     }

@@ -7,7 +7,7 @@
  * configuration. The kernel uses six operations, each a macro whose tile numbers are literals (the
  * instructions encode them): TILE_CONFIG(ts, cfg), TILE_ZERO(ts, i), TILE_LOAD(ts, i, base,
  * stride), TILE_STORE(ts, i, base, stride), TILE_DPBUSD(ts, c, a, b) and TILE_RELEASE(ts). ts is
- * the emulation's tile_emu (the caller's, so calls share nothing); the instructions ignore it.
+ * the emulation's amx_emu (the caller's, so calls share nothing); the instructions ignore it.
  * Including code defines TILE_NATIVE to 1 for the instructions (in functions compiled with
  * TILE_TGT) or 0 for the emulation. */
 #ifndef DSV41_KERNELS_AMX_TILES_H
@@ -29,14 +29,14 @@ typedef struct {
     uint8_t reserved[14]; /* zero */
     uint16_t colsb[16];   /* [tile] bytes per row; tiles 8..15 and unused tiles 0 */
     uint8_t rows[16];     /* [tile] rows; tiles 8..15 and unused tiles 0 */
-} tile_config;
+} amx_tilecfg;
 
-_Static_assert(sizeof(tile_config) == 64, "ldtilecfg reads 64 bytes");
+_Static_assert(sizeof(amx_tilecfg) == 64, "ldtilecfg reads 64 bytes");
 
 /* Whether ldtilecfg takes c: palette 1 from row 0, reserved bytes zero, every named tile within
  * 16 rows of 64 bytes and either both shapes set or neither, the unnamed ones zero. (The
  * instruction faults on a configuration it refuses; the kernel checks its own before loading.) */
-static inline int tile_config_valid(const tile_config *c) {
+static inline int amx_tilecfg_valid(const amx_tilecfg *c) {
     if (c->palette != 1 || c->start_row != 0) return 0;
     for (int i = 0; i < 14; i++)
         if (c->reserved[i]) return 0;
@@ -50,30 +50,30 @@ static inline int tile_config_valid(const tile_config *c) {
 /* ---- the emulation: a tile's bytes past its configured rows and columns are always zero, as
  * the instructions leave them */
 typedef struct {
-    tile_config cfg;                                        /* the loaded configuration */
+    amx_tilecfg cfg;                                        /* the loaded configuration */
     _Alignas(64) uint8_t t[TILE_COUNT][TILE_MAX_ROWS][TILE_MAX_COLSB]; /* [tile][row][byte] */
-} tile_emu;
+} amx_emu;
 
 /* ldtilecfg: the configuration taken, every tile zeroed (where the instruction would fault on a
  * configuration it refuses, the emulation stays unconfigured: every operation then does nothing) */
-static inline void emu_config(tile_emu *s, const tile_config *c) {
+static inline void amx_emu_config(amx_emu *s, const amx_tilecfg *c) {
     memset(s, 0, sizeof *s);
-    if (tile_config_valid(c)) s->cfg = *c;
+    if (amx_tilecfg_valid(c)) s->cfg = *c;
 }
 
 /* tilezero (past the configured shape the bytes are zero already) */
-static inline void emu_zero(tile_emu *s, int i) {
+static inline void amx_emu_zero(amx_emu *s, int i) {
     for (int r = 0; r < s->cfg.rows[i]; r++) memset(s->t[i][r], 0, s->cfg.colsb[i]);
 }
 
 /* tileloadd: rows[i] rows of colsb[i] bytes, row r from base + r * stride (the bytes past them
  * are zero already) */
-static inline void emu_load(tile_emu *s, int i, const void *base, int64_t stride) {
+static inline void amx_emu_load(amx_emu *s, int i, const void *base, int64_t stride) {
     for (int r = 0; r < s->cfg.rows[i]; r++) memcpy(s->t[i][r], (const uint8_t *)base + r * stride, s->cfg.colsb[i]);
 }
 
 /* tilestored: the configured rows and bytes of tile i */
-static inline void emu_store(const tile_emu *s, int i, void *base, int64_t stride) {
+static inline void amx_emu_store(const amx_emu *s, int i, void *base, int64_t stride) {
     for (int r = 0; r < s->cfg.rows[i]; r++) memcpy((uint8_t *)base + r * stride, s->t[i][r], s->cfg.colsb[i]);
 }
 
@@ -85,7 +85,7 @@ static inline void emu_store(const tile_emu *s, int i, void *base, int64_t strid
  * products add nothing): at most 64 x 255 x 128 in size, the dot product is exact in int32, and
  * added to the dword in uint32_t, where wrapping is defined (and gives the same sum in any
  * order). */
-static inline void emu_dpbusd(tile_emu *s, int c, int a, int b) {
+static inline void amx_emu_dpbusd(amx_emu *s, int c, int a, int b) {
     const int M = s->cfg.rows[c], N = s->cfg.colsb[c] / 4, K = s->cfg.colsb[a] / 4;
     for (int n = 0; n < N; n++) {
         int8_t col[TILE_MAX_COLSB] = {0};
@@ -102,7 +102,7 @@ static inline void emu_dpbusd(tile_emu *s, int c, int a, int b) {
 }
 
 /* tilerelease: back to the initial state */
-static inline void emu_release(tile_emu *s) { memset(s, 0, sizeof *s); }
+static inline void amx_emu_release(amx_emu *s) { memset(s, 0, sizeof *s); }
 
 #endif
 
@@ -128,11 +128,11 @@ static inline void emu_release(tile_emu *s) { memset(s, 0, sizeof *s); }
 #define TILE_RELEASE(ts) _tile_release()
 #else
 #define TILE_TGT
-#define TILE_STATE(ts) tile_emu ts##_emu, *ts = &ts##_emu
-#define TILE_CONFIG(ts, c) emu_config(ts, c)
-#define TILE_ZERO(ts, i) emu_zero(ts, i)
-#define TILE_LOAD(ts, i, base, stride) emu_load(ts, i, base, stride)
-#define TILE_STORE(ts, i, base, stride) emu_store(ts, i, base, stride)
-#define TILE_DPBUSD(ts, c, a, b) emu_dpbusd(ts, c, a, b)
-#define TILE_RELEASE(ts) emu_release(ts)
+#define TILE_STATE(ts) amx_emu ts##_emu, *ts = &ts##_emu
+#define TILE_CONFIG(ts, c) amx_emu_config(ts, c)
+#define TILE_ZERO(ts, i) amx_emu_zero(ts, i)
+#define TILE_LOAD(ts, i, base, stride) amx_emu_load(ts, i, base, stride)
+#define TILE_STORE(ts, i, base, stride) amx_emu_store(ts, i, base, stride)
+#define TILE_DPBUSD(ts, c, a, b) amx_emu_dpbusd(ts, c, a, b)
+#define TILE_RELEASE(ts) amx_emu_release(ts)
 #endif

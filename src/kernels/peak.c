@@ -41,7 +41,7 @@ __attribute__((target("avx512f,avx512vnni"))) static int32_t vnni_loop(void) {
 }
 
 TILE_TGT static int32_t tile_loop(void) {
-    tile_config c;
+    amx_tilecfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
     for (int i = 0; i < TILE_COUNT; i++) c.rows[i] = 16, c.colsb[i] = 64;
