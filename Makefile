@@ -1,6 +1,7 @@
 # dsv41 - plain Makefile. `make` builds the library and the dsv41 program; `make test` runs the suite.
 # `make sanitize` and `make tsan` build everything again under ASan+UBSan and ThreadSanitizer, each
-# in its own folder under build/, and run the whole suite on those builds.
+# in its own folder under build/, and run the whole suite on those builds; `make test-amx` runs it on
+# the amx kernel set's emulation of the AMX tiles.
 CC      ?= gcc
 CFLAGS  ?= -O2
 # The flags the build needs are appended to any CFLAGS given on the command line, never replaced by
@@ -195,6 +196,11 @@ sanitize:
 tsan:
 	DSV41_TEST_TIMEOUT=$${DSV41_TEST_TIMEOUT:-3600} $(MAKE) BUILD=build/tsan PROGRAM=build/tsan/dsv41 CFLAGS="$(TSAN_FLAGS)" test
 
+# The whole suite with the amx kernel set as every program's default, on a build where the
+# emulation of the tile instructions replaces them (so a host with AMX tests the emulation too)
+test-amx:
+	DSV41_KERNELS=amx $(MAKE) BUILD=build/amx PROGRAM=build/amx/dsv41 CFLAGS="-O2 -DDSV41_AMX_EMULATE" test
+
 # dsv41-mpi on 2 and 3 ranks of this host (Open MPI's mpirun)
 test-mpi: dsv41 dsv41-mpi
 	tests/mpi.sh
@@ -243,4 +249,4 @@ fuzz-smoke: dsv41 fuzz
 clean:
 	rm -rf build dsv41 dsv41-mpi
 
-.PHONY: all test layers test-mpi sanitize tsan clean fuzz fuzz-smoke install uninstall
+.PHONY: all test layers test-mpi test-amx sanitize tsan clean fuzz fuzz-smoke install uninstall

@@ -31,6 +31,9 @@ static int cmd_kernels(int argc, char **argv) {
     const char *def = dsv41_kernels();
     for (int32_t i = 0; i < n && i < 16; i++) printf("%s%s%s", i ? " " : "", names[i], strcmp(names[i], def) ? "" : "*");
     printf("\n");
+    for (int32_t i = 0; i < n && i < 16; i++)
+        if (dsv41_kernels_emulated(names[i]))
+            fprintf(stderr, "dsv41: %s runs on an emulation of its instructions here (exact, and slow)\n", names[i]);
     return 0;
 }
 
@@ -220,7 +223,7 @@ int main(int argc, char **argv) {
         int32_t n = dsv41_kernel_sets(sets, 8);
         printf("dsv41 %s\nkernel sets:", dsv41_version());
         for (int32_t i = 0; i < n && i < 8; i++) printf(" %s", sets[i]);
-        printf(" (default: %s)\n", sets[n - 1]);
+        printf(" (default: %s)\n", dsv41_kernels());
         return 0;
     }
     for (size_t i = 0; i < sizeof COMMANDS / sizeof *COMMANDS; i++)

@@ -54,16 +54,22 @@ void dsv41_set_progress(dsv41_progress_fn fn, void *ctx);
  * thread. Results do not depend on it. */
 int dsv41_set_threads(int32_t n);
 
-/* The kernel set the projections run on: "scalar", "avx2", "avx512" or "neon". NULL or "" takes
- * $DSV41_KERNELS when it is set and not empty, else the fastest set this CPU runs (the default).
- * Returns 0, or -1 with dsv41_error() for a set that is unknown or that this CPU cannot run.
- * Results do not depend on it: every set computes the same bits. */
+/* The kernel set the projections run on: "scalar", "avx2", "avx512", "neon" or "amx" (x86-64: AMX
+ * tiles, emulated where the CPU has none). NULL or "" takes $DSV41_KERNELS when it is set and not
+ * empty, else the fastest vector set this CPU runs (the default; amx is never the default).
+ * Without a call, the first projection takes what a call with NULL would (an unknown
+ * $DSV41_KERNELS then gives the fastest). Returns 0, or -1 with dsv41_error() for a set that is
+ * unknown or that this CPU cannot run. Results do not depend on it: every set computes the same
+ * bits. */
 int dsv41_set_kernels(const char *name);
 /* The name of the kernel set in use. */
 const char *dsv41_kernels(void);
-/* The sets this CPU runs, slowest first: writes up to cap names (static strings) to names and
- * returns how many there are. */
+/* The sets this CPU runs, scalar first, then the vector sets from slowest to fastest, then amx
+ * (x86-64): writes up to cap names (static strings) to names and returns how many there are. */
 int32_t dsv41_kernel_sets(const char **names, int32_t cap);
+/* 1 when the named set runs here on an emulation of its instructions (amx where the CPU has no
+ * AMX tiles or Linux refuses them: exact, and slow), else 0. */
+int dsv41_kernels_emulated(const char *name);
 
 /* ---- models */
 /* The built-in tiny model: the golden fixture's geometry with filler weights (no files). */

@@ -19,6 +19,10 @@
 
 #include "kernels/kernels.h"
 #include "numerics.h"
+#if defined(__x86_64__)
+#define TILE_NATIVE 0
+#include "kernels/amx_tiles.h"
+#endif
 #include "testing.h"
 
 /* ---- buffers whose last byte sits just before an inaccessible page */
@@ -342,8 +346,79 @@ static void test_act_quant_values(void) {
           "scalar act_quant: the amax floor");
 }
 
+#if defined(__x86_64__)
+/* The emulated tile operations against TDPBUSD's definition, written out here on its own: for
+ * random shapes within the limits (M <= 16 rows, K <= 16 dwords, N <= 16 dwords) and random bytes,
+ * C[m][n] + sum over k < 4K of A[m][k] (unsigned) * B[k / 4][4n + k % 4] (signed), in int64 and
+ * then wrapped to 32 bits; accumulators near the int32 limits make the sums wrap. Loads and
+ * stores keep to the configured rows and bytes (with a stride), and ldtilecfg's rules refuse
+ * what the instruction refuses. */
+static void test_tiles(void) {
+    int bad = 0;
+    for (int it = 0; it < 200; it++) {
+        const int M = 1 + (int)(rnd() % 16), K = 1 + (int)(rnd() % 16), N = 1 + (int)(rnd() % 16);
+        uint8_t a[16][80];
+        int8_t b[16][80];
+        int32_t c[16][20], got[16][20];
+        for (int r = 0; r < 16; r++)
+            for (int j = 0; j < 80; j++) a[r][j] = (uint8_t)rnd(), b[r][j] = (int8_t)rnd();
+        for (int r = 0; r < 16; r++)
+            for (int j = 0; j < 20; j++) c[r][j] = it % 3 ? (int32_t)rnd() : (int32_t)(rnd() % 2 ? 0x7FFFFF00 : -0x7FFFFF00);
+        memset(got, 0x5A, sizeof got);
+        amx_tilecfg cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.palette = 1;
+        cfg.rows[0] = (uint8_t)M, cfg.colsb[0] = (uint16_t)(4 * K); /* A */
+        cfg.rows[1] = (uint8_t)K, cfg.colsb[1] = (uint16_t)(4 * N); /* B */
+        cfg.rows[5] = (uint8_t)M, cfg.colsb[5] = (uint16_t)(4 * N); /* C */
+        bad += !amx_tilecfg_valid(&cfg);
+        amx_emu ts;
+        amx_emu_config(&ts, &cfg);
+        amx_emu_load(&ts, 0, a, sizeof a[0]);
+        amx_emu_load(&ts, 1, b, sizeof b[0]);
+        amx_emu_load(&ts, 5, c, sizeof c[0]);
+        amx_emu_dpbusd(&ts, 5, 0, 1);
+        amx_emu_store(&ts, 5, got, sizeof got[0]);
+        for (int m = 0; m < 16; m++)
+            for (int n = 0; n < 20; n++) {
+                int32_t want;
+                if (m < M && n < N) {
+                    int64_t sum = c[m][n];
+                    for (int k = 0; k < 4 * K; k++) sum += (int64_t)a[m][k] * b[k / 4][4 * n + k % 4];
+                    want = (int32_t)(uint32_t)(uint64_t)sum;
+                } else {
+                    want = 0x5A5A5A5A; /* not stored */
+                }
+                bad += got[m][n] != want;
+            }
+        for (int m = 0; m < 16; m++) /* nothing past the configured shape */
+            for (int j = 0; j < 64; j++) bad += ts.t[5][m][j] != 0 && (m >= M || j >= 4 * N);
+        amx_emu_release(&ts);
+    }
+    CHECK(bad == 0, "emulated TDPBUSD, loads and stores follow the instruction set's definition (%d differences)", bad);
+    amx_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    cfg.rows[0] = 16, cfg.colsb[0] = 64;
+    int valid = amx_tilecfg_valid(&cfg);
+    cfg.rows[0] = 17;
+    int refused = !amx_tilecfg_valid(&cfg);
+    cfg.rows[0] = 16, cfg.colsb[0] = 68;
+    refused += !amx_tilecfg_valid(&cfg);
+    cfg.colsb[0] = 64, cfg.rows[8] = 1, cfg.colsb[8] = 4;
+    refused += !amx_tilecfg_valid(&cfg);
+    cfg.rows[8] = 0, cfg.colsb[8] = 0, cfg.reserved[3] = 1;
+    refused += !amx_tilecfg_valid(&cfg);
+    cfg.reserved[3] = 0, cfg.palette = 2;
+    refused += !amx_tilecfg_valid(&cfg);
+    cfg.palette = 1, cfg.rows[2] = 4;
+    refused += !amx_tilecfg_valid(&cfg);
+    CHECK(valid && refused == 6, "tile configurations: a full tile taken, %d of 6 bad ones refused", refused);
+}
+#endif
+
 int main(void) {
-    static const char *const names[] = {"avx2", "avx512", "neon"};
+    static const char *const names[] = {"avx2", "avx512", "neon", "amx"};
     int ran = 0;
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         const kernel_set *k = kernels_find(names[i]);
@@ -351,12 +426,20 @@ int main(void) {
             printf("kernel set %s: not available on this CPU, skipped\n", names[i]);
             continue;
         }
-        printf("kernel set %s\n", k->name);
+        printf("kernel set %s%s\n", k->name, dsv41_kernels_emulated(k->name) ? " (on the emulation of the tiles)" : "");
         test_set(k);
         test_outside(k);
         test_act_quant(k);
-        ran++;
+        ran += strcmp(names[i], "amx") != 0;
     }
+#if defined(__x86_64__)
+    test_tiles();
+    if (amx_native()) { /* the tile code on the instructions ran above: now on their emulation */
+        printf("kernel set %s\n", kernels_amx_emulated.name);
+        test_set(&kernels_amx_emulated);
+        test_outside(&kernels_amx_emulated);
+    }
+#endif
     test_act_quant_values();
     CHECK(kernels_find("scalar") == &kernels_scalar && kernels_find("nonesuch") == NULL, "kernels_find");
     CHECK(kernels_best() != NULL && (ran == 0 || kernels_best() != &kernels_scalar), "kernels_best picks a fast set");

@@ -35,11 +35,25 @@ extern const kernel_set kernels_scalar;
 /* The fast sets; each is defined only where its architecture is (x86-64: avx2, avx512; arm64:
  * neon), and kernels_find() says whether this CPU runs it. */
 extern const kernel_set kernels_avx2, kernels_avx512, kernels_neon;
-/* The best set this CPU supports, chosen once at run time. */
+/* x86-64: the AMX tile set (amx.c), on the tile instructions where amx_native() says the CPU and
+ * the OS allow them, else on their emulation; and the same set always on the emulation, for the
+ * tests to compare the two where both run. */
+extern const kernel_set kernels_amx, kernels_amx_emulated;
+int amx_native(void);
+/* Whether this CPU (and its OS) runs k, and the best vector set it runs (amx is chosen by name
+ * only), chosen at run time (cpu.c). */
+int kernels_supported(const kernel_set *k);
 const kernel_set *kernels_best(void);
-/* A set by name ("scalar", "avx2", "avx512", "neon"), NULL when absent or unsupported here
- * (dsv41_set_kernels is the public way in). */
+/* A set by name ("scalar", "avx2", "avx512", "neon", "amx"), NULL when absent or unsupported
+ * here (dsv41_set_kernels is the public way in). */
 const kernel_set *kernels_find(const char *name);
+/* The byte multiply-adds per second one thread does in a register-only loop of the instruction
+ * k's integer products use (vpdpbusd for avx512, tdpbusd for amx on the tiles), or 0 where k has
+ * none here (peak.c): the limit `bench` weighs each quant kernel against. */
+double kernels_int8_rate(const kernel_set *k);
+/* What linear() uses until told otherwise: the set $DSV41_KERNELS names when this CPU runs it,
+ * else kernels_best(). */
+const kernel_set *kernels_default(void);
 /* The set linear() uses (default kernels_best()). */
 void kernels_use(const kernel_set *k);
 const kernel_set *kernels_current(void);

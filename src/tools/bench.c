@@ -259,6 +259,115 @@ static double time_projections(const dsv41_model *m, int32_t streams) {
     return t;
 }
 
+/* The quant kernels alone at the row counts that matter: a decode step (1), a batch of streams
+ * or a verify block (8, 16) and a prefill chunk, each call repeated with its weights in cache
+ * (time_matrix), for the largest fp8 matrix of the first layer and the first routed expert's up
+ * projection (fp4). Each is weighed against the instruction-bound rate of the set's integer
+ * products measured in the same run on every thread (int8_peak), counting one byte
+ * multiply-add per weight and row: the ratio says how far a kernel is from what its
+ * instruction alone could do, however many products per weight its exact sums take. */
+enum { KT_COUNTS = 4 };
+
+typedef struct {
+    const char *type;          /* "fp8" or "fp4" */
+    int64_t rows, cols;        /* the matrix's shape */
+    int64_t T[KT_COUNTS];      /* the row counts timed */
+    double secs[KT_COUNTS];    /* [count]: the best time of one call */
+} kernel_timing;
+
+/* ctx: double [threads], where each thread's rate goes */
+static void int8_range(void *ctx, int64_t b, int64_t e) {
+    double *rate = ctx;
+    for (int64_t i = b; i < e; i++) rate[i] = kernels_int8_rate(kernels_current());
+}
+
+/* byte multiply-adds per second of all threads at once in the set's integer instruction; 0 for
+ * a set without one */
+static double int8_peak(void) {
+    int32_t t = pool_threads();
+    double *rate = calloc((size_t)t, sizeof *rate), sum = 0.0;
+    if (!rate) return 0.0;
+    pool_run(t, 1, int8_range, rate);
+    for (int32_t i = 0; i < t; i++) sum += rate[i];
+    free(rate);
+    return sum;
+}
+
+/* Fills kt (up to 2) for the model's fp8 and fp4 matrices; returns how many, or -1 when out of
+ * memory. */
+static int time_kernels(const dsv41_model *m, int32_t n_pre, kernel_timing kt[2]) {
+    const weight *pick[2] = {NULL, NULL};
+    const weight *dense[32];
+    int nd = m->cfg.n_layers > 0 ? layer_dense_weights(&m->layers[0], dense) : 0;
+    for (int i = 0; i < nd; i++)
+        if (dense[i]->type == DT_E4M3 && dense[i]->mode == AS_STORED &&
+            (!pick[0] || dense[i]->rows * dense[i]->cols > pick[0]->rows * pick[0]->cols))
+            pick[0] = dense[i];
+    if (m->cfg.n_layers > 0 && m->cfg.n_routed_experts > 0 && m->layers[0].w1[0].type == DT_FP4 &&
+        m->layers[0].w1[0].mode == AS_STORED)
+        pick[1] = &m->layers[0].w1[0];
+    int n = 0;
+    for (int p = 0; p < 2; p++) {
+        const weight *w = pick[p];
+        if (!w || !w->data) continue;
+        const int64_t T[KT_COUNTS] = {1, 8, 16, n_pre};
+        float *x = malloc((size_t)(n_pre * w->cols) * sizeof *x), *y = malloc((size_t)(n_pre * w->rows) * sizeof *y);
+        if (!x || !y) {
+            free(x);
+            free(y);
+            return -1;
+        }
+        for (int64_t i = 0; i < n_pre * w->cols; i++) x[i] = (float)((i * 7919) % 2001) / 1000.0f - 1.0f;
+        kt[n] = (kernel_timing){p ? "fp4" : "fp8", w->rows, w->cols, {0}, {0}};
+        for (int k = 0; k < KT_COUNTS; k++) {
+            kt[n].T[k] = T[k];
+            kt[n].secs[k] = time_matrix(w, x, T[k], y);
+        }
+        free(x);
+        free(y);
+        n++;
+    }
+    return n;
+}
+
+static void print_kernels(const kernel_timing *kt, int n, double peak, int json, FILE *out) {
+    const char *set = kernels_current()->name;
+    if (json) {
+        fprintf(out, "\"kernels\": {\"set\": \"%s\", \"int8_peak_macs\": %.6g, \"matrices\": [", set, peak);
+        for (int i = 0; i < n; i++) {
+            fprintf(out, "%s{\"type\": \"%s\", \"rows\": %lld, \"cols\": %lld", i ? ", " : "", kt[i].type,
+                    (long long)kt[i].rows, (long long)kt[i].cols);
+            const char *keys[4] = {"tokens", "seconds", "macs_per_s", "limit_ratio"};
+            for (int f = 0; f < 4; f++) {
+                fprintf(out, ", \"%s\": [", keys[f]);
+                for (int k = 0; k < KT_COUNTS; k++) {
+                    double macs = (double)kt[i].T[k] * kt[i].rows * kt[i].cols / kt[i].secs[k];
+                    double v = f == 0 ? (double)kt[i].T[k] : f == 1 ? kt[i].secs[k] : f == 2 ? macs : peak > 0 ? macs / peak : 0.0;
+                    fprintf(out, "%s%.6g", k ? ", " : "", v);
+                }
+                fprintf(out, "]");
+            }
+            fprintf(out, "}");
+        }
+        fprintf(out, "]}, ");
+        return;
+    }
+    if (peak > 0)
+        fprintf(out, "  quant kernels (%s, weights in cache), against %s at %.1f G byte multiply-adds/s:\n", set,
+                strcmp(set, "amx") ? "vpdpbusd" : "tdpbusd", peak / 1e9);
+    else
+        fprintf(out, "  quant kernels (%s, weights in cache; this set has no integer instruction to weigh them against):\n", set);
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < KT_COUNTS; k++) {
+            double macs = (double)kt[i].T[k] * kt[i].rows * kt[i].cols / kt[i].secs[k];
+            fprintf(out, "    %s %5lldx%-5lld %4lld %s: %9.3f ms  %7.2f G MAC/s", kt[i].type, (long long)kt[i].rows,
+                    (long long)kt[i].cols, (long long)kt[i].T[k], kt[i].T[k] == 1 ? "row " : "rows", 1e3 * kt[i].secs[k],
+                    macs / 1e9);
+            if (peak > 0) fprintf(out, "  %5.1f%% of the limit", 100.0 * macs / peak);
+            fprintf(out, "  (%.2fx one row's time)\n", kt[i].secs[k] / kt[i].secs[0]);
+        }
+}
+
 /* prefill: n tokens into a fresh session, the best of 3 runs (as for decode) */
 static timing time_prefill(const dsv41_model *m, int32_t n) {
     int32_t V = m->cfg.vocab_size, *ids = malloc((size_t)n * sizeof *ids);
@@ -383,6 +492,9 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, const i
     double triad = 0, peak = 0;
     timing dec = {0, 0}, pre = {0, 0}, par = {0, 0};
     double proj[2] = {0, 0}; /* the projections alone per step: one stream, `parallel` streams */
+    kernel_timing kt[2];
+    int nkt = 0;
+    double int8 = 0;
     int32_t counts[2] = {1, threads};
     for (int pass = threads > 1 ? 0 : 1; pass < 2; pass++) {
         if (dsv41_set_threads(counts[pass])) return -1;
@@ -407,6 +519,11 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, const i
             }
             if (proj[0] < 0 || proj[1] < 0) return set_error("bench: out of memory");
         }
+        if (pass == 1) { /* the kernels alone, between two readings of their limit */
+            int8 = int8_peak();
+            if ((nkt = time_kernels(m, n_pre, kt)) < 0) return set_error("bench: out of memory");
+            int8 = fmax(int8, int8_peak());
+        }
         triad = fmax(triad, machine_triad_gbps());
         peak = fmax(peak, peak_gflops());
         if (json) continue;
@@ -423,11 +540,13 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, const i
         if (proj[1] > 0)
             fprintf(out, "  projections alone, weights in cache: %.2f ms a step for one stream, %.2f ms for %d  (%.2fx)\n",
                     1e3 * proj[0], 1e3 * proj[1], parallel, parallel * proj[0] / proj[1]);
+        if (pass == 1) print_kernels(kt, nkt, int8, 0, out);
         fflush(out);
     }
     double rss = machine_peak_rss();
     if (json) fprintf(out, "{");
     if (m->part.n_ranks > 1 && report_ranks(m, json, out)) return -1;
+    if (json) print_kernels(kt, nkt, int8, 1, out);
     if (json && par.tok_s > 0) {
         fprintf(out, "\"decode_parallel\": {\"streams\": %d, \"tokens_per_s\": %.3f, \"speedup\": %.4f", parallel,
                 par.tok_s, par.tok_s / dec.tok_s);
