@@ -310,7 +310,7 @@ void attention(const batch_seq *seq, int32_t count, int32_t l, const float *x, i
     const config *c = &m->cfg;
     const layer_weights *L = &m->layers[l];
     int32_t H = c->n_heads, hd = c->head_dim, ratio = c->compress_ratio[l], dim = c->dim, qrank = c->q_lora_rank;
-    int32_t G = c->o_groups, orank = c->o_lora_rank, gw = H * hd / G, IH = c->index_n_heads;
+    int32_t IH = c->index_n_heads;
     int kvs = ratio && c->is_kv_source[l], ixs = ratio && c->is_index_source[l];
     const rope_table *rt = ratio ? &m->rope_yarn : &m->rope_plain;
     scratch_mark mark = scratch_begin();
@@ -318,7 +318,7 @@ void attention(const batch_seq *seq, int32_t count, int32_t l, const float *x, i
     attn_rows p = {scratch_f32(T * H * hd), scratch_f32(T * hd), kvs ? scratch_f32(T * hd) : NULL,
                    kvs && ratio > 1 ? scratch_f32(T * hd) : NULL, ixs ? scratch_f32(T * IH * c->index_head_dim) : NULL,
                    ixs ? scratch_f32(T * IH) : NULL};
-    float *o = scratch_f32(T * H * hd), *og = scratch_f32(T * G * orank);
+    float *o = scratch_f32(T * H * hd);
 
     /* the quantized projections of x first, side by side, so they share one act_quant */
     linear_item items[5];
@@ -345,8 +345,15 @@ void attention(const batch_seq *seq, int32_t count, int32_t l, const float *x, i
     trace_f32(tr, o, 4, (int64_t[]){1, T, H, hd}, "L%d.sa_o", l);
     for (int32_t i = 0; i < count; i++) /* un-rotated at each session's positions */
         rope_rows(rt, o + seq[i].row0 * H * hd, seq[i].T * H, H, hd, c->rope_head_dim, seq[i].s->pos, 1);
+    attention_project(c, L, o, T, out);
+    scratch_end(mark);
+}
+
+void attention_project(const config *c, const layer_weights *L, const float *o, int64_t T, float *out) {
+    int32_t H = c->n_heads, hd = c->head_dim, G = c->o_groups, orank = c->o_lora_rank, gw = H * hd / G;
+    scratch_mark mark = scratch_begin();
+    float *og = scratch_f32(T * G * orank), *part = scratch_f32(G * T * orank);
     /* wo_a is block-diagonal: group g's rows see only group g's slice of every head row */
-    float *part = scratch_f32(G * T * orank);
     linear_item *gitems = scratch_bytes((size_t)G * sizeof *gitems);
     for (int32_t g = 0; g < G; g++)
         gitems[g] = (linear_item){&L->wo_a, (int64_t)g * orank, orank, o + g * gw, T, (int64_t)H * hd, part + g * T * orank};
@@ -356,4 +363,11 @@ void attention(const batch_seq *seq, int32_t count, int32_t l, const float *x, i
             memcpy(og + (t * G + g) * orank, part + (g * T + t) * orank, (size_t)orank * sizeof *part);
     linear(&L->wo_b, og, T, out);
     scratch_end(mark);
+}
+
+void attention_sparse(const config *c, const layer_weights *L, const float *q, const float *rows, int32_t nrows,
+                      const int32_t *idx, int32_t width, int64_t T, float *o) {
+    attn_job j = {q, L->attn_sink, rows, NULL, idx, T, c->n_heads, c->head_dim, width, nrows,
+                  powf((float)c->head_dim, -0.5f), o};
+    sparse_attn(&j, 1);
 }
