@@ -115,6 +115,16 @@ int dsv41_session_reset(dsv41_session *s);
 /* Makes dst (a session of src's model) an exact copy of src: every cache, the ids and the last
  * logits, so that both continue alike. Costs what src's position uses, not the full context. */
 int dsv41_session_copy(dsv41_session *dst, const dsv41_session *src);
+
+/* The model's DSpark drafter (the release's mtp.N stages): the drafts of one block, 0 when the
+ * model has none. */
+int32_t dsv41_model_draft_size(const dsv41_model *m);
+/* The block the drafter proposes after s's last token, as the release's forward_spec computes it
+ * at temperature 0: anchor is the token picked from s's last logits (not fed yet); ids [block]
+ * get the greedy drafts for the positions after it, logits [block][vocab] (or NULL) the
+ * drafter's logits of each and confidence [block] (or NULL) its confidence logits. Needs a
+ * session that fed at least one token after its prefill. s is not advanced. */
+int dsv41_session_draft(dsv41_session *s, int32_t anchor, int32_t *ids, float *logits, float *confidence);
 /* Writes s to path as one self-checking file: a magic and format version, the identity of the
  * model (its config and a checksum of its weights), the ids, every piece of state and a checksum
  * of the whole. The file appears whole or not at all (written under a temporary name, synced,

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "dist.h"
+#include "dspark.h"
 #include "scratch.h"
 
 /* The shared slots as the golden records them after a source layer: the used prefix of the
@@ -50,6 +51,7 @@ static void block(const batch_seq *seq, int32_t count, int32_t l, int64_t T, con
     int32_t *ri = scratch_i32(T * k);
 
     if (L->engram >= 0) engram_forward(m, l, hashes, T, h, tr);
+    if (m->draft) dspark_tap(seq, count, l, T, h); /* the drafter reads the inputs of its target layers */
     trace_f32(tr, h, 4, (int64_t[]){1, T, hc, dim}, "L%d.h_in", l);
     trace_f32(tr, pre_mix, 3, (int64_t[]){1, T, hc}, "L%d.pre_mix_in", l);
 
