@@ -125,6 +125,13 @@ int32_t dsv41_model_draft_size(const dsv41_model *m);
  * drafter's logits of each and confidence [block] (or NULL) its confidence logits. Needs a
  * session that fed at least one token after its prefill. s is not advanced. */
 int dsv41_session_draft(dsv41_session *s, int32_t anchor, int32_t *ids, float *logits, float *confidence);
+/* Speculative decoding's verify, greedy: feeds ids[0] (the token picked from s's last logits)
+ * and the drafts ids[1..n-1] as n rows of one forward, keeps ids[0] and the drafts greedy
+ * decoding would have fed (each the argmax of the row before it) and returns how many drafts
+ * that is. s is then exactly as if the kept tokens had been fed one at a time, its logits those
+ * of the last kept one. n is at most the model's window; -1 when the call cannot verify (too
+ * close to the start of the sequence, past the context): decode one token then. */
+int32_t dsv41_session_verify(dsv41_session *s, const int32_t *ids, int32_t n);
 /* Writes s to path as one self-checking file: a magic and format version, the identity of the
  * model (its config and a checksum of its weights), the ids, every piece of state and a checksum
  * of the whole. The file appears whole or not at all (written under a temporary name, synced,

@@ -109,7 +109,7 @@ static void stage_keys(const dsv41_model *m, const layer_weights *L, const float
 }
 
 /* The waiting taps into the rings, oldest first. */
-static void rings_update(const dsv41_model *m, dspark_state *d) {
+void dspark_flush(const dsv41_model *m, dspark_state *d) {
     const config *c = &m->cfg;
     const dspark_weights *dw = m->draft;
     int32_t W = c->window_size, hd = c->head_dim, dim = c->dim, ntd = c->dspark_n_targets * dim, n = d->hi - d->lo;
@@ -127,6 +127,11 @@ static void rings_update(const dsv41_model *m, dspark_state *d) {
     }
     d->lo = d->hi;
     scratch_end(mark);
+}
+
+void dspark_truncate(dspark_state *d, int32_t pos) {
+    if (d->hi > pos) d->hi = pos;
+    if (d->lo > pos) d->lo = pos;
 }
 
 /* A stage's attention for the block x [B][dim] at positions S+1..: every row reads the ring
@@ -195,7 +200,7 @@ int dsv41_session_draft(dsv41_session *s, int32_t anchor, int32_t *ids, float *l
     if ((int64_t)S + B >= c->max_seq_len)
         return set_error("draft: a block after position %d passes the context of %d tokens", S, c->max_seq_len);
     if (anchor < 0 || anchor >= V) return set_error("draft: token id %d is outside the vocabulary [0, %lld)", anchor, (long long)V);
-    rings_update(m, d);
+    dspark_flush(m, d);
     scratch_mark mark = scratch_begin();
     float *h = scratch_f32((int64_t)B * hc * dim), *pre_mix = scratch_f32(B * hc), *z = scratch_f32((int64_t)B * dim);
     float *zn = scratch_f32((int64_t)B * dim), *lg = scratch_f32(B * V), *bias = scratch_f32(V);

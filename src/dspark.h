@@ -13,6 +13,11 @@ void dspark_state_free(dspark_state *d);
 void dspark_state_clear(const dsv41_model *m, dspark_state *d);
 /* dst as src is (both of model m). */
 void dspark_state_copy(const dsv41_model *m, dspark_state *dst, const dspark_state *src);
+/* Moves the waiting taps into the rings (before a verify, whose rejected rows' taps may take
+ * the slots of positions still waiting). */
+void dspark_flush(const dsv41_model *m, dspark_state *d);
+/* Forgets the taps of positions from pos on (rows a verify rejected). */
+void dspark_truncate(dspark_state *d, int32_t pos);
 /* Records the taps of layer l's input h [T][hc][dim] for the sessions of seq that draft (l not
  * a target layer: nothing). Runs after the layer's Engram step, before its block. */
 void dspark_tap(const batch_seq *seq, int32_t count, int32_t l, int64_t T, const float *h);

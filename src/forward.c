@@ -210,6 +210,11 @@ static int forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logit
     return check_logits(logits, all ? n * V : V);
 }
 
+int forward_verify(dsv41_session *s, const int32_t *ids, int32_t n, float *logits) {
+    if (check_call(s, ids, n)) return -1;
+    return forward_call(s, ids, n, logits, 1, NULL) || check_logits(logits, n * (int64_t)s->m->cfg.vocab_size) ? -1 : 0;
+}
+
 int dsv41_session_forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logits, dsv41_trace *tr) {
     return forward(s, ids, n, logits, 0, tr);
 }

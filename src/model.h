@@ -251,6 +251,7 @@ struct dsv41_session {
     void *progress_ctx;
     atomic_int cancel;                      /* a dsv41_session_cancel request not yet served */
     struct dspark_state *draft;             /* the drafter's taps and rings (dspark.c), or NULL */
+    struct spec_journal *verify;            /* during a verify call (spec.c): what rows rewrite, else NULL */
 };
 
 /* One session's share of a batched forward: rows [row0, row0 + T) of every activation, its
@@ -259,6 +260,10 @@ typedef struct {
     dsv41_session *s;
     int64_t row0, T;                        /* its first row and its rows */
 } batch_seq;
+
+/* n rows at s's position > 0 in one forward, each computed as a one-token step at its position
+ * would be (s->verify set: spec.c); logits [n][vocab] get every row's. */
+int forward_verify(dsv41_session *s, const int32_t *ids, int32_t n, float *logits);
 
 /* Empties s to position 0 as a new session is. Compressed rows are zeroed up to position reach
  * only: rows past the closed groups of every position a call reached are zero already. */
