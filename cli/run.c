@@ -58,6 +58,9 @@ int gen_parse(int chat, int argc, char **argv, gen_opts *o) {
     t[n++] = (cli_opt){"--system", "TEXT", OPT_STR, &o->system, 0, 0, NULL, NULL, "a system message first"};
     t[n++] = (cli_opt){"--stop", "STR", OPT_LIST, &o->stops, 0, 0, NULL, NULL, "end the reply at STR (up to 8 times)"};
     t[n++] = (cli_opt){"--special", NULL, OPT_FLAG, &o->special, 0, 0, NULL, "hidden", "print the reply's special tokens"};
+    if (!chat)
+        t[n++] = (cli_opt){"--draft", "N", OPT_I32, &o->draft, 0, 64, NULL, "0, off",
+                           "speculative decoding with the model's DSpark drafter, N drafts a block (greedy --ids)"};
     t[n++] = (cli_opt)OPT_THREADS(&o->threads);
     t[n++] = (cli_opt)OPT_KERNELS(&o->kernels);
     const char *about = chat ? "An interactive conversation in one session (/help lists the commands; Ctrl-C stops a reply).\n"
@@ -84,6 +87,11 @@ int gen_parse(int chat, int argc, char **argv, gen_opts *o) {
         return 2;
     }
     if (o->ids && !o->temp_given) o->sp.temperature = 0.0f;
+    if (o->draft && (!o->ids || o->sp.temperature != 0.0f || o->sp.repeat_penalty != 1.0f ||
+                     o->sp.presence_penalty != 0.0f || o->sp.frequency_penalty != 0.0f)) {
+        fprintf(stderr, "dsv41: run: --draft decodes greedily: it takes --ids without --temp or penalties\n");
+        return 2;
+    }
     return -1;
 }
 
@@ -152,8 +160,23 @@ static int run_ids(const gen_opts *o) {
     if (rc == 0 && dsv41_session_forward(s, hist, n_ids, logits, NULL)) rc = fail(dsv41_error());
     if (rc == 0) gen_note_seed(o);
     double t1 = now_s();
-    int64_t done = 0;
-    for (; rc == 0 && done < n_new && !cli_signal; done++) {
+    int64_t done = 0, rounds = 0;
+    if (rc == 0 && o->draft > 0 && n_new > 0) { /* speculative rounds: the same ids, several a forward */
+        int32_t *out = malloc((size_t)(o->draft + 1) * sizeof *out), anchor = dsv41_sample(smp, logits);
+        if (!out) rc = fail("out of memory");
+        else printf("%d", anchor);
+        for (done = 1; rc == 0 && done < n_new && !cli_signal; rounds++) {
+            int64_t room = n_new - done - 1;
+            int32_t got = dsv41_session_speculate(s, anchor, room < o->draft ? (int32_t)room : o->draft, out);
+            if (got < 0) { rc = fail(dsv41_error()); break; }
+            for (int32_t i = 0; i < got; i++) printf(",%d", out[i]);
+            fflush(stdout);
+            done += got;
+            anchor = out[got - 1];
+        }
+        free(out);
+    }
+    for (; rc == 0 && o->draft == 0 && done < n_new && !cli_signal; done++) {
         if (dsv41_apply_penalties(&o->sp, hist, n_ids + (int32_t)done, logits, V)) { rc = fail(dsv41_error()); break; }
         int32_t next = dsv41_sample(smp, logits);
         hist[n_ids + done] = next;
@@ -167,6 +190,8 @@ static int run_ids(const gen_opts *o) {
         double gen = done > 1 ? (double)(done - 1) / (t2 - t1) : 0.0;
         fprintf(stderr, "prompt: %d tokens, %.1f tok/s | generated: %lld tokens, %.1f tok/s\n", n_ids, n_ids / (t1 - t0),
                 (long long)done, gen);
+        if (rounds) fprintf(stderr, "speculative: %lld forwards for %lld tokens (%.2f a forward)\n", (long long)rounds,
+                            (long long)(done - 1), (double)(done - 1) / (double)rounds);
     }
     free(logits);
     free(hist);

@@ -132,6 +132,13 @@ int dsv41_session_draft(dsv41_session *s, int32_t anchor, int32_t *ids, float *l
  * of the last kept one. n is at most the model's window; -1 when the call cannot verify (too
  * close to the start of the sequence, past the context): decode one token then. */
 int32_t dsv41_session_verify(dsv41_session *s, const int32_t *ids, int32_t n);
+/* One round of greedy speculative decoding: anchor is the token picked from s's last logits
+ * (not fed yet); the drafter proposes up to n_draft tokens (at most its block), one verify keeps
+ * those greedy decoding would feed, and out [n_draft + 1] gets the tokens greedy decoding picks
+ * next: the kept drafts, then the pick after them (the next anchor). Returns their count. Where
+ * no block can be drafted or verified (the step after a prefill, the end of the context, no
+ * drafter, n_draft 0) it is one plain step: the anchor fed, one token out. */
+int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draft, int32_t *out);
 /* Writes s to path as one self-checking file: a magic and format version, the identity of the
  * model (its config and a checksum of its weights), the ids, every piece of state and a checksum
  * of the whole. The file appears whole or not at all (written under a temporary name, synced,
@@ -160,9 +167,13 @@ void dsv41_session_cancel(dsv41_session *s);
 /* ---- benchmark: decode and prefill speed against the machine's triad bandwidth and FMA peak,
  * measured in the same run, at 1 thread and at `threads` (<= 0: one per core). parallel > 0
  * also measures the decode of that many sessions batched by dsv41_batch_forward, at `threads`,
- * beside the one-session decode (tokens of all the streams per second, and the ratio). json != 0
+ * beside the one-session decode (tokens of all the streams per second, and the ratio). draft > 0
+ * measures speculative decoding with blocks of that many drafts at `threads`: a verify of
+ * draft+1 rows and a draft against one decode step, the tokens per second when every draft is
+ * accepted (the bound a perfect drafter reaches, its drafting time included) and with the
+ * model's own drafter (the share of its drafts kept). json != 0
  * prints one JSON object instead of the table. */
-int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, int json, FILE *out);
+int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, int32_t draft, int json, FILE *out);
 
 /* ---- distribution: one model split across the ranks of a job (expert parallel)
  *

@@ -138,3 +138,19 @@ int32_t dsv41_session_verify(dsv41_session *s, const int32_t *ids, int32_t n) {
     free(logits);
     return rc ? -1 : m;
 }
+
+int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draft, int32_t *out) {
+    const config *c = &s->m->cfg;
+    int32_t B = dsv41_model_draft_size(s->m), ids[MAX_LAYERS], n = n_draft < B ? n_draft : B;
+    if (n_draft < 0) return set_error("speculate: %d drafts", n_draft);
+    if (n > c->window_size - 1) n = c->window_size - 1;
+    ids[0] = anchor;
+    int32_t m = n > 0 && dsv41_session_draft(s, anchor, ids + 1, NULL, NULL) == 0 ? dsv41_session_verify(s, ids, n + 1) : -1;
+    if (m < 0) { /* no block here (the first step after a prefill, the end of the context): one token */
+        if (dsv41_session_forward(s, &anchor, 1, s->logits, NULL)) return -1;
+        m = 0;
+    }
+    memcpy(out, ids + 1, (size_t)m * sizeof *out);
+    out[m] = argmax(s->logits, c->vocab_size);
+    return m + 1;
+}

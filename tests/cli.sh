@@ -254,4 +254,25 @@ printf '%s\n' "$out" | grep -q '^  projections alone, weights in cache: .* ms a 
     ok || bad "bench --parallel 2: no line of the projections alone"
 expect_error "bench --parallel 0" "$dsv41" bench -m "$tmp/bm" --parallel 0
 
+# speculative decoding with the drafter synth writes: run --draft N prints the ids of plain run
+# (bf16 and fp8 weights), bench --draft N reports its figures
+"$dsv41" synth --config models/tiny_dspark.json -o "$tmp/ds" >/dev/null 2>&1 &&
+    "$dsv41" synth --config models/tiny_dspark.json -o "$tmp/ds8" --dtype fp8 >/dev/null 2>&1 || bad "synth the DSpark model"
+for dir in ds ds8; do
+    want=$("$dsv41" run -m "$tmp/$dir" --ids 2,17,47,5,9,33,21,2,8,13 -n 44 2>/dev/null)
+    for d in 1 2 5 7; do
+        got=$("$dsv41" run -m "$tmp/$dir" --ids 2,17,47,5,9,33,21,2,8,13 -n 44 --draft $d 2>/dev/null)
+        [ -n "$want" ] && [ "$got" = "$want" ] && ok || bad "run -m $dir --draft $d: '$got', plain run: '$want'"
+    done
+done
+[ "$("$dsv41" run --ids 2,17,47 -n 12 --draft 3 2>/dev/null)" = "$("$dsv41" run --ids 2,17,47 -n 12 2>/dev/null)" ] && ok ||
+    bad "run --draft on a model without a drafter decodes plainly"
+expect_error "run --draft with --temp" "$dsv41" run --ids 2 --draft 2 --temp 0.5
+expect_error "run --draft 65" "$dsv41" run --ids 2 --draft 65
+out=$("$dsv41" bench -m "$tmp/ds" -t 1 --draft 3 --json 2>/dev/null)
+printf '%s' "$out" | python3 -c 'import json, sys; p = json.load(sys.stdin)["speculative"]
+sys.exit(not (p["draft"] == 3 and p["verify_rows_cost"] > 0 and p["drafter_cost"] > 0 and p["accept_all_tokens_per_s"] > 0
+              and p["speedup_accept_all"] > 0 and 0 <= p["own_acceptance"] <= 1))' &&
+    ok || bad "bench --draft 3 --json: '$out'"
+
 finish
