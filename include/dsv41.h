@@ -120,11 +120,11 @@ int dsv41_session_copy(dsv41_session *dst, const dsv41_session *src);
  * model has none. */
 int32_t dsv41_model_draft_size(const dsv41_model *m);
 /* The block the drafter proposes after s's last token, as the release's forward_spec computes it
- * at temperature 0: anchor is the token picked from s's last logits (not fed yet); ids [block]
- * get the greedy drafts for the positions after it, logits [block][vocab] (or NULL) the
- * drafter's logits of each and confidence [block] (or NULL) its confidence logits. Needs a
- * session that fed at least one token after its prefill. s is not advanced. */
-int dsv41_session_draft(dsv41_session *s, int32_t anchor, int32_t *ids, float *logits, float *confidence);
+ * at temperature 0: anchor is the token picked from s's last logits (not fed yet); ids [n] get
+ * the first n (1 to the block) greedy drafts for the positions after it, logits [n][vocab] (or
+ * NULL) the drafter's logits of each and confidence [n] (or NULL) its confidence logits. Needs
+ * a session that fed at least one token after its prefill. s is not advanced. */
+int dsv41_session_draft(dsv41_session *s, int32_t anchor, int32_t n, int32_t *ids, float *logits, float *confidence);
 /* Speculative decoding's verify, greedy: feeds ids[0] (the token picked from s's last logits)
  * and the drafts ids[1..n-1] as n rows of one forward, keeps ids[0] and the drafts greedy
  * decoding would have fed (each the argmax of the row before it) and returns how many drafts

@@ -56,7 +56,11 @@ static int bench_run(const dsv41_model *m, int32_t draft, const int32_t *prompt,
     for (int32_t k = 0; k < rounds; k++) {
         memcpy(ids, seq + k * n, (size_t)n * sizeof *ids);
         double t1 = now();
-        if (m->draft && dsv41_session_draft(s, ids[0], d, NULL, NULL)) { dsv41_session_free(s); return -1; }
+        if (m->draft && dsv41_session_draft(s, ids[0], draft < m->cfg.dspark_block_size ? draft : m->cfg.dspark_block_size, d,
+                                            NULL, NULL)) {
+            dsv41_session_free(s);
+            return -1;
+        }
         double t2 = now();
         int32_t kept = dsv41_session_verify(s, ids, n);
         tv += now() - t2;
@@ -75,7 +79,8 @@ static int bench_run(const dsv41_model *m, int32_t draft, const int32_t *prompt,
     int32_t made = 0, tried = 0, kept = 0;
     t0 = now();
     while (made < len - 1) { /* the first block waits for one decoded token, as the release's does */
-        int32_t k = dsv41_session_draft(s, ids[0], ids + 1, NULL, NULL) ? 0 : draft < m->cfg.dspark_block_size ? draft : m->cfg.dspark_block_size;
+        int32_t k = draft < m->cfg.dspark_block_size ? draft : m->cfg.dspark_block_size;
+        if (dsv41_session_draft(s, ids[0], k, ids + 1, NULL, NULL)) k = 0;
         int32_t got = k ? dsv41_session_verify(s, ids, k + 1) : dsv41_session_forward(s, ids, 1, NULL, NULL);
         if (got < 0) { dsv41_session_free(s); return -1; }
         tried += k;

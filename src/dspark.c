@@ -89,6 +89,7 @@ void dspark_tap(const batch_seq *seq, int32_t count, int32_t l, int64_t T, const
             }
         }
         if (j == 0) { /* the first target layer of the call: these positions now wait for the rings */
+            if (d->hi != pos) d->lo = pos; /* a session loaded from a file: no taps before this call */
             d->hi = pos + n;
             if (d->lo < d->hi - W) d->lo = d->hi - W;
         }
@@ -187,7 +188,7 @@ static void stage_forward(const dsv41_model *m, const layer_weights *L, const fl
 
 int32_t dsv41_model_draft_size(const dsv41_model *m) { return m->draft ? m->cfg.dspark_block_size : 0; }
 
-int dsv41_session_draft(dsv41_session *s, int32_t anchor, int32_t *ids, float *logits, float *confidence) {
+int dsv41_session_draft(dsv41_session *s, int32_t anchor, int32_t n, int32_t *ids, float *logits, float *confidence) {
     const dsv41_model *m = s->m;
     const config *c = &m->cfg;
     const dspark_weights *dw = m->draft;
@@ -200,6 +201,7 @@ int dsv41_session_draft(dsv41_session *s, int32_t anchor, int32_t *ids, float *l
     if ((int64_t)S + B >= c->max_seq_len)
         return set_error("draft: a block after position %d passes the context of %d tokens", S, c->max_seq_len);
     if (anchor < 0 || anchor >= V) return set_error("draft: token id %d is outside the vocabulary [0, %lld)", anchor, (long long)V);
+    if (n < 1 || n > B) return set_error("draft: %d drafts (1 to the block's %d)", n, B);
     dspark_flush(m, d);
     scratch_mark mark = scratch_begin();
     float *h = scratch_f32((int64_t)B * hc * dim), *pre_mix = scratch_f32(B * hc), *z = scratch_f32((int64_t)B * dim);
@@ -216,9 +218,11 @@ int dsv41_session_draft(dsv41_session *s, int32_t anchor, int32_t *ids, float *l
         stage_forward(m, &dw->stages[st], d->rings + (int64_t)st * c->window_size * c->head_dim, S, B, h, pre_mix);
     hc_pre(h, pre_mix, B, hc, dim, z);
     rms_norm(z, dw->norm, B, dim, c->norm_eps, zn);
-    linear(&m->head, zn, B, lg);
+    /* the rows of the block all take part in its attention, but only the drafts asked for need
+     * the head and the Markov chain (each row's logits are its own) */
+    linear(&m->head, zn, n, lg);
     /* the Markov chain: each pick's bias comes from the token before it */
-    for (int32_t t = 0, prev = anchor; t < B; t++) {
+    for (int32_t t = 0, prev = anchor; t < n; t++) {
         float *e = cat + (int64_t)t * (dim + rank) + dim, *row = lg + t * V;
         memcpy(cat + (int64_t)t * (dim + rank), z + (int64_t)t * dim, (size_t)dim * sizeof *z);
         for (int32_t r = 0; r < rank; r++) e[r] = weight_get(&dw->markov_embed, prev, r);
@@ -230,9 +234,9 @@ int dsv41_session_draft(dsv41_session *s, int32_t anchor, int32_t *ids, float *l
         }
         ids[t] = prev = best;
     }
-    linear(&dw->confidence, cat, B, conf);
-    if (logits) memcpy(logits, lg, (size_t)(B * V) * sizeof *lg);
-    if (confidence) memcpy(confidence, conf, (size_t)B * sizeof *conf);
+    linear(&dw->confidence, cat, n, conf);
+    if (logits) memcpy(logits, lg, (size_t)(n * V) * sizeof *lg);
+    if (confidence) memcpy(confidence, conf, (size_t)n * sizeof *conf);
     scratch_end(mark);
     return 0;
 }

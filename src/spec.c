@@ -145,7 +145,7 @@ int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draf
     if (n_draft < 0) return set_error("speculate: %d drafts", n_draft);
     if (n > c->window_size - 1) n = c->window_size - 1;
     ids[0] = anchor;
-    int32_t m = n > 0 && dsv41_session_draft(s, anchor, ids + 1, NULL, NULL) == 0 ? dsv41_session_verify(s, ids, n + 1) : -1;
+    int32_t m = n > 0 && dsv41_session_draft(s, anchor, n, ids + 1, NULL, NULL) == 0 ? dsv41_session_verify(s, ids, n + 1) : -1;
     if (m < 0) { /* no block here (the first step after a prefill, the end of the context): one token */
         if (dsv41_session_forward(s, &anchor, 1, s->logits, NULL)) return -1;
         m = 0;

@@ -56,7 +56,7 @@ static int run_steps(const dsv41_model *m, const json *ref, int32_t *ids, float 
         /* the drafts of a copy: the drafter's state travels with the session */
         if (rc == 0 && k % 2) rc = dsv41_session_copy(copy, s);
         if (rc == 0)
-            rc = dsv41_session_draft(k % 2 ? copy : s, anchor, ids + k * B, logits + (int64_t)k * B * V, conf + k * B);
+            rc = dsv41_session_draft(k % 2 ? copy : s, anchor, B, ids + k * B, logits + (int64_t)k * B * V, conf + k * B);
     }
     if (rc) fprintf(stderr, "run_steps: %s\n", dsv41_error());
     dsv41_session_free(s);
@@ -98,19 +98,25 @@ static void compare(const dsv41_model *m, const json *ref, const int32_t *ids, c
 static void test_refused(const dsv41_model *m, const json *ref) {
     dsv41_session *s = dsv41_session_new(m);
     int32_t ids[16], tok = (int32_t)json_i64(&json_get(ref, "prefill")->items[0]);
-    CHECK(dsv41_session_draft(s, 1, ids, NULL, NULL) < 0, "an empty session does not draft");
+    CHECK(dsv41_session_draft(s, 1, 5, ids, NULL, NULL) < 0, "an empty session does not draft");
     dsv41_session_forward(s, &tok, 1, NULL, NULL);
-    CHECK(dsv41_session_draft(s, 1, ids, NULL, NULL) < 0, "a session after its prefill alone does not draft");
+    CHECK(dsv41_session_draft(s, 1, 5, ids, NULL, NULL) < 0, "a session after its prefill alone does not draft");
     dsv41_session_forward(s, &tok, 1, NULL, NULL);
-    CHECK(dsv41_session_draft(s, 1, ids, NULL, NULL) == 0, "one decoded token later it drafts");
-    CHECK(dsv41_session_draft(s, -1, ids, NULL, NULL) < 0 && dsv41_session_draft(s, 1 << 20, ids, NULL, NULL) < 0,
+    CHECK(dsv41_session_draft(s, 1, 5, ids, NULL, NULL) == 0, "one decoded token later it drafts");
+    int32_t few[2];
+    float lg2[2 * 64];
+    CHECK(dsv41_session_draft(s, 1, 2, few, lg2, NULL) == 0 && !memcmp(few, ids, sizeof few),
+          "two drafts are the block's first two");
+    CHECK(dsv41_session_draft(s, -1, 5, ids, NULL, NULL) < 0 && dsv41_session_draft(s, 1 << 20, 5, ids, NULL, NULL) < 0,
           "an anchor outside the vocabulary is refused");
+    CHECK(dsv41_session_draft(s, 1, 0, ids, NULL, NULL) < 0 && dsv41_session_draft(s, 1, 6, ids, NULL, NULL) < 0,
+          "a draft count outside the block is refused");
     dsv41_session_free(s);
     dsv41_model *plain = dsv41_model_builtin();
     s = dsv41_session_new(plain);
     dsv41_session_forward(s, (int32_t[]){2, 17, 47}, 3, NULL, NULL);
     dsv41_session_forward(s, &tok, 1, NULL, NULL);
-    CHECK(dsv41_model_draft_size(plain) == 0 && dsv41_session_draft(s, 1, ids, NULL, NULL) < 0,
+    CHECK(dsv41_model_draft_size(plain) == 0 && dsv41_session_draft(s, 1, 1, ids, NULL, NULL) < 0,
           "a model without stages has no drafter");
     dsv41_session_free(s);
     dsv41_model_free(plain);

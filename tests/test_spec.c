@@ -66,8 +66,8 @@ static int speculate(const dsv41_model *m, const int32_t *prompt, int32_t np, in
         int32_t kk = k < n - e ? k : n - e, own[8];
         ids[0] = out[e - 1];
         if (mode == OWN) {
-            if (dsv41_session_draft(s, ids[0], own, NULL, NULL)) kk = 0;
             if (kk > dsv41_model_draft_size(m)) kk = dsv41_model_draft_size(m);
+            if (dsv41_session_draft(s, ids[0], kk, own, NULL, NULL)) kk = 0;
         }
         for (int32_t i = 0; i < kk; i++) ids[1 + i] = mode == OWN ? own[i] : seq[e + i];
         int32_t bad = mode == LAST ? kk - 1 : mode == FIRST ? 0 : mode == ROTATE ? round % (kk > 0 ? kk : 1) : -1;
@@ -119,7 +119,7 @@ static int same_as_sequential(const dsv41_model *m, dsv41_session *s, const int3
         int32_t B = dsv41_model_draft_size(m), V = dsv41_model_vocab_size(m), da[8], db[8];
         float *la = malloc((size_t)B * V * sizeof *la), *lb = malloc((size_t)B * V * sizeof *lb);
         int32_t anchor = argmax(dsv41_session_logits(r), V);
-        int ra = dsv41_session_draft(s, anchor, da, la, NULL), rb = dsv41_session_draft(r, anchor, db, lb, NULL);
+        int ra = dsv41_session_draft(s, anchor, B, da, la, NULL), rb = dsv41_session_draft(r, anchor, B, db, lb, NULL);
         ok = ra == rb && (ra < 0 || (!memcmp(da, db, (size_t)B * sizeof *da) && !memcmp(la, lb, (size_t)B * V * sizeof *la)));
         free(la);
         free(lb);
