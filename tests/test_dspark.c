@@ -28,18 +28,6 @@ static const char *python(void) {
     return NULL;
 }
 
-static dsv41_model *tiny_dspark(void) {
-    char err[256];
-    json *j = json_load_file(CONFIG, err, sizeof err);
-    config c;
-    int rc = j ? config_from_fixture(&c, j) : -1;
-    json_free(j);
-    if (rc) return NULL;
-    dsv41_model *m = model_from_rule(&c);
-    if (!m) config_free(&c);
-    return m;
-}
-
 /* Every step's drafts of the reference's run, fed to m: ids [steps][B], logits [steps][B][V],
  * confidence [steps][B]. 0 when every call worked. */
 static int run_steps(const dsv41_model *m, const json *ref, int32_t *ids, float *logits, float *conf) {
@@ -125,7 +113,7 @@ static void test_refused(const dsv41_model *m, const json *ref) {
 int main(void) {
     const char *py = python();
     CHECK(py != NULL, "python3 with numpy is needed for the reference");
-    dsv41_model *m = tiny_dspark();
+    dsv41_model *m = model_from_config_file(CONFIG);
     CHECK(m != NULL && dsv41_model_draft_size(m) == 5, "%s builds with a drafter of 5: %s", CONFIG, m ? "" : dsv41_error());
     if (!py || !m) return test_summary();
     char tmp[] = "/tmp/dsv41_dspark_XXXXXX", cmd[512], path[64], err[256];

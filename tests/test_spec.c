@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "filler.h"
-#include "json.h"
 #include "testing.h"
 
 enum { ALL, LAST, FIRST, ROTATE, OWN, MODES };
@@ -23,18 +22,6 @@ static int32_t argmax(const float *v, int32_t n) {
     for (int32_t i = 1; i < n; i++)
         if (v[i] > v[b]) b = i;
     return b;
-}
-
-static dsv41_model *load(const char *path) {
-    char err[256];
-    json *j = json_load_file(path, err, sizeof err);
-    config c;
-    int rc = j ? config_from_fixture(&c, j) : -1;
-    json_free(j);
-    if (rc) return NULL;
-    dsv41_model *m = model_from_rule(&c);
-    if (!m) config_free(&c);
-    return m;
 }
 
 static void prompt_ids(int32_t *p, int32_t n, int32_t V) {
@@ -153,7 +140,7 @@ static int sweep(const dsv41_model *m, const char *what, int modes, int nk, int 
 }
 
 int main(void) {
-    dsv41_model *tiny = dsv41_model_builtin(), *dm = load("models/tiny_dspark.json");
+    dsv41_model *tiny = dsv41_model_builtin(), *dm = model_from_config_file("models/tiny_dspark.json");
     CHECK(tiny && dm, "the models load");
     if (!tiny || !dm) return test_summary();
     CHECK(sweep(tiny, "tiny", OWN, 5, 3) == 0, "tiny model: forced drafts in 4 modes x 5 draft counts x 3 prompts emit the greedy ids");

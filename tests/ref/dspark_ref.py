@@ -40,35 +40,16 @@ F32, F64 = np.float32, np.float64
 
 
 def stage_specs(fix):
-    """(name, shape, storage) of the mtp.N.* tensors the drafter reads, in the release's names."""
-    V, D, H, hd = fix["vocab_size"], fix["dim"], fix["n_heads"], fix["head_dim"]
-    hc, qr, orank, G = fix["hc_mult"], fix["q_lora_rank"], fix["o_lora_rank"], fix["o_groups"]
-    E, inter, rank = fix["dspark_n_routed_experts"], fix["moe_inter_dim"], fix["dspark_markov_rank"]
-    mix, hcd, n = (2 + hc) * hc, hc * D, fix["n_mtp_layers"]
-    specs = []
-    for s in range(n):
-        p = f"mtp.{s}."
-        specs += [(p + "hc_attn_fn", [mix, hcd], "f32"), (p + "hc_ffn_fn", [mix, hcd], "f32"),
-                  (p + "hc_attn_base", [mix], "f32"), (p + "hc_ffn_base", [mix], "f32"),
-                  (p + "hc_attn_scale", [3], "f32"), (p + "hc_ffn_scale", [3], "f32"),
-                  (p + "attn.attn_sink", [H], "f32"),
-                  (p + "attn.wq_a.weight", [qr, D], "bf16"), (p + "attn.q_norm.weight", [qr], "bf16"),
-                  (p + "attn.wq_b.weight", [H * hd, qr], "bf16"), (p + "attn.wkv.weight", [hd, D], "bf16"),
-                  (p + "attn.kv_norm.weight", [hd], "bf16"),
-                  (p + "attn.wo_a.weight", [G * orank, H * hd // G], "bf16"),
-                  (p + "attn.wo_b.weight", [D, G * orank], "bf16"),
-                  (p + "ffn.gate.weight", [E, D], "bf16"), (p + "ffn.gate.bias", [E], "f32")]
-        for e in range(E):
-            specs += [(p + f"ffn.experts.{e}.w1.weight", [inter, D], "bf16"),
-                      (p + f"ffn.experts.{e}.w2.weight", [D, inter], "bf16"),
-                      (p + f"ffn.experts.{e}.w3.weight", [inter, D], "bf16")]
-        specs += [(p + "ffn.shared_experts.w1.weight", [inter, D], "bf16"),
-                  (p + "ffn.shared_experts.w2.weight", [D, inter], "bf16"),
-                  (p + "ffn.shared_experts.w3.weight", [inter, D], "bf16"),
-                  (p + "attn_norm.weight", [D], "bf16"), (p + "ffn_norm.weight", [D], "bf16")]
-        if s == 0:
-            specs += [(p + "main_proj.weight", [D, len(fix["dspark_target_layer_ids"]) * D], "bf16"),
-                      (p + "main_norm.weight", [D], "bf16")]
+    """(name, shape, storage) of the mtp.N.* tensors the drafter reads, in the release's names: each
+    stage is a backbone layer of ratio 0 with no Engram and the drafter's expert count, plus the
+    tap projection (stage 0) and the heads (the last stage)."""
+    V, D, rank, n = fix["vocab_size"], fix["dim"], fix["dspark_markov_rank"], fix["n_mtp_layers"]
+    plain = OrderedDict(fix, n_layers=n, n_routed_experts=fix["dspark_n_routed_experts"], compress_ratios=[0] * n,
+                        kv_source_layers=[], index_source_layers=[], engram_layer_ids=[])
+    specs = [(f"mtp.{name[len('layers.'):]}", shape, storage) for name, shape, storage in gg.param_specs(plain)
+             if name.startswith("layers.")]
+    specs += [("mtp.0.main_proj.weight", [D, len(fix["dspark_target_layer_ids"]) * D], "bf16"),
+              ("mtp.0.main_norm.weight", [D], "bf16")]
     p = f"mtp.{n - 1}."
     specs += [(p + "norm.weight", [D], "bf16"), (p + "markov_head.embed.weight", [V, rank], "bf16"),
               (p + "markov_head.head.weight", [V, rank], "bf16"),
