@@ -132,6 +132,14 @@ out=$("$dsv41" run --ids 2 -n 3 2>/dev/null); rc=$? # a one-token prefill has no
 [ $rc -eq 0 ] && printf '%s\n' "$out" | grep -qE '^[0-9]+,[0-9]+,[0-9]+$' && ok || bad "run of one prompt token: rc=$rc, '$out'"
 python3 -c 'import json, sys; c = json.load(open("models/tiny.json")); c.update(n_heads=1 << 20, head_dim=4096); json.dump(c, sys.stdout)' >"$tmp/wide.json"
 expect_error "a config whose n_heads*head_dim overflows" "$dsv41" synth --config "$tmp/wide.json" -o "$tmp/wide"
+# DSpark keys that do not describe a drafter the release could build: each a one-line error
+for bad in '"dspark_target_layer_ids": [4, 3]' '"dspark_target_layer_ids": [3, 6]' '"dspark_target_layer_ids": []' \
+    '"dspark_noise_token_id": 64' '"dspark_markov_rank": 0' '"dspark_block_size": 65' '"dspark_n_activated_experts": 4' \
+    '"compress_ratios": [0, 0, 2, 2, 1, 1, 0, 1, 0]' '"n_mtp_layers": 200'; do
+    python3 -c 'import json, sys; c = json.load(open("models/tiny_dspark.json")); c.update(json.loads("{" + sys.argv[1] + "}"))
+json.dump(c, sys.stdout)' "$bad" >"$tmp/dsbad.json"
+    expect_error "synth of a DSpark config with $bad" "$dsv41" synth --config "$tmp/dsbad.json" -o "$tmp/dsbad"
+done
 expect_error "run with a bad id list" "$dsv41" run --ids 2,x
 expect_error "run with an id outside the vocabulary" "$dsv41" run --ids 2,64 -n 1
 expect_error "run with an unknown flag" "$dsv41" run --bogus
