@@ -123,12 +123,13 @@ static int cmd_synth(int argc, char **argv) {
 
 static int cmd_bench(int argc, char **argv) {
     const char *dir = NULL, *kernels = NULL;
-    int32_t threads = 0, parallel = 0;
+    int32_t threads = 0, parallel = 0, draft = 0;
     int json = 0;
     const cli_opt opts[] = {
         {"-m|--model", "DIR", OPT_STR, &dir, 0, 0, NULL, OPT_REQUIRED, "the checkpoint to measure"},
         {"-t|--threads", "N", OPT_I32, &threads, 1, 256, NULL, "one per core", "the second thread count measured"},
         {"--parallel", "N", OPT_I32, &parallel, 1, 256, NULL, "none", "also decode N sessions batched, beside one"},
+        {"--draft", "N", OPT_I32, &draft, 1, 64, NULL, "none", "also measure speculative decoding, N drafts a block"},
         {"--json", NULL, OPT_FLAG, &json, 0, 0, NULL, "a table", "print one JSON object"},
         OPT_KERNELS(&kernels),
     };
@@ -144,7 +145,7 @@ static int cmd_bench(int argc, char **argv) {
     if (use_kernels(kernels)) return 2;
     dsv41_model *m = load_model(dir);
     if (!m) return fail();
-    rc = dsv41_bench(m, threads, parallel, json, stdout);
+    rc = dsv41_bench(m, threads, parallel, draft, json, stdout);
     dsv41_model_free(m);
     return rc ? fail() : 0;
 }
