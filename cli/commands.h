@@ -24,6 +24,7 @@ typedef struct {
     int32_t threads;           /* -t, 0: the library's default */
     const char *kernels;       /* --kernels, NULL: $DSV41_KERNELS or the fastest */
     int special;               /* --special: show special tokens */
+    int32_t draft;             /* --draft N: drafts per speculative block (run --ids), 0: off */
 } gen_opts;
 
 /* Parses run's (chat = 0) or chat's flags into o; returns -1 to go on, else the exit status. */

@@ -127,7 +127,7 @@ static int cmd_synth(int argc, char **argv) {
 
 static int cmd_bench(int argc, char **argv) {
     const char *dir = NULL, *kernels = NULL, *ctx_list = NULL;
-    int32_t threads = 0, parallel = 0, ctxs[64], n_ctxs = 0;
+    int32_t threads = 0, parallel = 0, draft = 0, ctxs[64], n_ctxs = 0;
     int json = 0;
     const cli_opt opts[] = {
         {"-m|--model", "DIR", OPT_STR, &dir, 0, 0, NULL, OPT_REQUIRED, "the checkpoint to measure"},
@@ -135,6 +135,7 @@ static int cmd_bench(int argc, char **argv) {
         {"--parallel", "N", OPT_I32, &parallel, 1, 256, NULL, "none", "also decode N sessions batched, beside one"},
         {"--ctx", "N[,N...]", OPT_STR, &ctx_list, 0, 0, NULL, "none",
          "instead: a prefill of N tokens, the decode after it and the peak memory, for each N"},
+        {"--draft", "N", OPT_I32, &draft, 1, 64, NULL, "none", "also measure speculative decoding, N drafts a block"},
         {"--json", NULL, OPT_FLAG, &json, 0, 0, NULL, "a table", "print one JSON object"},
         OPT_KERNELS(&kernels),
     };
@@ -158,14 +159,14 @@ static int cmd_bench(int argc, char **argv) {
         ctxs[n_ctxs] = (int32_t)v;
         p = *end ? end + 1 : end;
     }
-    if (ctx_list && (n_ctxs == 0 || parallel)) {
-        fprintf(stderr, "dsv41: bench: %s\n", n_ctxs ? "--ctx and --parallel measure different things: give one"
+    if (ctx_list && (n_ctxs == 0 || parallel || draft)) {
+        fprintf(stderr, "dsv41: bench: %s\n", n_ctxs ? "--ctx measures apart from --parallel and --draft: give one"
                                                       : "--ctx wants at least one token count");
         return 2;
     }
     dsv41_model *m = load_model(dir);
     if (!m) return fail();
-    rc = dsv41_bench(m, threads, parallel, ctxs, n_ctxs, json, stdout);
+    rc = dsv41_bench(m, threads, parallel, draft, ctxs, n_ctxs, json, stdout);
     dsv41_model_free(m);
     return rc ? fail() : 0;
 }

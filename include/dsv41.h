@@ -117,6 +117,30 @@ int dsv41_session_reset(dsv41_session *s);
 /* Makes dst (a session of src's model) an exact copy of src: every cache, the ids and the last
  * logits, so that both continue alike. Costs what src's position uses, not the full context. */
 int dsv41_session_copy(dsv41_session *dst, const dsv41_session *src);
+
+/* The model's DSpark drafter (the release's mtp.N stages): the drafts of one block, 0 when the
+ * model has none. */
+int32_t dsv41_model_draft_size(const dsv41_model *m);
+/* The block the drafter proposes after s's last token, as the release's forward_spec computes it
+ * at temperature 0: anchor is the token picked from s's last logits (not fed yet); ids [n] get
+ * the first n (1 to the block) greedy drafts for the positions after it, logits [n][vocab] (or
+ * NULL) the drafter's logits of each and confidence [n] (or NULL) its confidence logits. Needs
+ * a session that fed at least one token after its prefill. s is not advanced. */
+int dsv41_session_draft(dsv41_session *s, int32_t anchor, int32_t n, int32_t *ids, float *logits, float *confidence);
+/* Speculative decoding's verify, greedy: feeds ids[0] (the token picked from s's last logits)
+ * and the drafts ids[1..n-1] as n rows of one forward, keeps ids[0] and the drafts greedy
+ * decoding would have fed (each the argmax of the row before it) and returns how many drafts
+ * that is. s is then exactly as if the kept tokens had been fed one at a time, its logits those
+ * of the last kept one. n is at most the model's window; -1 when the call cannot verify (too
+ * close to the start of the sequence, past the context): decode one token then. */
+int32_t dsv41_session_verify(dsv41_session *s, const int32_t *ids, int32_t n);
+/* One round of greedy speculative decoding: anchor is the token picked from s's last logits
+ * (not fed yet); the drafter proposes up to n_draft tokens (at most its block), one verify keeps
+ * those greedy decoding would feed, and out [n_draft + 1] gets the tokens greedy decoding picks
+ * next: the kept drafts, then the pick after them (the next anchor). Returns their count. Where
+ * no block can be drafted or verified (the step after a prefill, the end of the context, no
+ * drafter, n_draft 0) it is one plain step: the anchor fed, one token out. */
+int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draft, int32_t *out);
 /* Writes s to path as one self-checking file: a magic and format version, the identity of the
  * model (its config and a checksum of its weights), the ids, every piece of state and a checksum
  * of the whole. The file appears whole or not at all (written under a temporary name, synced,

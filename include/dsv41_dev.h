@@ -63,12 +63,16 @@ int dsv41_synth_skeleton(const char *config_path, int32_t n_shards, const char *
 /* ---- benchmark: decode and prefill speed against the machine's triad bandwidth and FMA peak,
  * measured in the same run, at 1 thread and at `threads` (<= 0: one per core). parallel > 0
  * also measures the decode of that many sessions batched by dsv41_batch_forward, at `threads`,
- * beside the one-session decode (tokens of all the streams per second, and the ratio). n_ctxs > 0
- * measures instead, at `threads`, a prefill of each of the context lengths ctxs [n_ctxs] in one
- * call, the decode after it and the peak resident memory of each ("long_context" in the JSON).
- * json != 0 prints one JSON object instead of the table. */
-int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, const int32_t *ctxs, int32_t n_ctxs, int json,
-                FILE *out);
+ * beside the one-session decode (tokens of all the streams per second, and the ratio). draft > 0
+ * measures speculative decoding with blocks of that many drafts at `threads`: a verify of
+ * draft+1 rows and a draft against one decode step, the tokens per second when every draft is
+ * accepted (the bound a perfect drafter reaches, its drafting time included) and with the
+ * model's own drafter (the share of its drafts kept). n_ctxs > 0 measures instead, at `threads`,
+ * a prefill of each of the context lengths ctxs [n_ctxs] in one call, the decode after it and
+ * the peak resident memory of each ("long_context" in the JSON). json != 0 prints one JSON
+ * object instead of the table. */
+int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, int32_t draft, const int32_t *ctxs,
+                int32_t n_ctxs, int json, FILE *out);
 
 /* ---- assertions: an invariant the code relies on and no input can break (a lock held, the
  * thread that owns a structure, scratch marks restored in order). Checked unless NDEBUG is

@@ -135,6 +135,14 @@ out=$("$dsv41" run --ids 2 -n 3 2>/dev/null); rc=$? # a one-token prefill has no
 [ $rc -eq 0 ] && printf '%s\n' "$out" | grep -qE '^[0-9]+,[0-9]+,[0-9]+$' && ok || bad "run of one prompt token: rc=$rc, '$out'"
 python3 -c 'import json, sys; c = json.load(open("models/tiny.json")); c.update(n_heads=1 << 20, head_dim=4096); json.dump(c, sys.stdout)' >"$tmp/wide.json"
 expect_error "a config whose n_heads*head_dim overflows" "$dsv41" synth --config "$tmp/wide.json" -o "$tmp/wide"
+# DSpark keys that do not describe a drafter the release could build: each a one-line error
+for bad in '"dspark_target_layer_ids": [4, 3]' '"dspark_target_layer_ids": [3, 6]' '"dspark_target_layer_ids": []' \
+    '"dspark_noise_token_id": 64' '"dspark_markov_rank": 0' '"dspark_block_size": 65' '"dspark_n_activated_experts": 4' \
+    '"compress_ratios": [0, 0, 2, 2, 1, 1, 0, 1, 0]' '"n_mtp_layers": 200'; do
+    python3 -c 'import json, sys; c = json.load(open("models/tiny_dspark.json")); c.update(json.loads("{" + sys.argv[1] + "}"))
+json.dump(c, sys.stdout)' "$bad" >"$tmp/dsbad.json"
+    expect_error "synth of a DSpark config with $bad" "$dsv41" synth --config "$tmp/dsbad.json" -o "$tmp/dsbad"
+done
 expect_error "run with a bad id list" "$dsv41" run --ids 2,x
 expect_error "run with an id outside the vocabulary" "$dsv41" run --ids 2,64 -n 1
 # --ids @FILE and --ids - (stdin): the same prompt as inline, in any of the separators, past
@@ -304,5 +312,26 @@ sys.exit(not ([e["ctx"] for e in p] == [64, 300] and all(e["prefill_tokens_per_s
 for v in 0 5,,3 5, x; do expect_error "bench --ctx $v" "$dsv41" bench -m "$tmp/bm" --ctx "$v"; done
 expect_error "bench --ctx past max_seq_len" "$dsv41" bench -m "$tmp/bm" --ctx 2040
 expect_error "bench --ctx with --parallel" "$dsv41" bench -m "$tmp/bm" --ctx 64 --parallel 2
+
+# speculative decoding with the drafter synth writes: run --draft N prints the ids of plain run
+# (bf16 and fp8 weights), bench --draft N reports its figures
+"$dsv41" synth --config models/tiny_dspark.json -o "$tmp/ds" >/dev/null 2>&1 &&
+    "$dsv41" synth --config models/tiny_dspark.json -o "$tmp/ds8" --dtype fp8 >/dev/null 2>&1 || bad "synth the DSpark model"
+for dir in ds ds8; do
+    want=$("$dsv41" run -m "$tmp/$dir" --ids 2,17,47,5,9,33,21,2,8,13 -n 44 2>/dev/null)
+    for d in 1 2 5 7; do
+        got=$("$dsv41" run -m "$tmp/$dir" --ids 2,17,47,5,9,33,21,2,8,13 -n 44 --draft $d 2>/dev/null)
+        [ -n "$want" ] && [ "$got" = "$want" ] && ok || bad "run -m $dir --draft $d: '$got', plain run: '$want'"
+    done
+done
+[ "$("$dsv41" run --ids 2,17,47 -n 12 --draft 3 2>/dev/null)" = "$("$dsv41" run --ids 2,17,47 -n 12 2>/dev/null)" ] && ok ||
+    bad "run --draft on a model without a drafter decodes plainly"
+expect_error "run --draft with --temp" "$dsv41" run --ids 2 --draft 2 --temp 0.5
+expect_error "run --draft 65" "$dsv41" run --ids 2 --draft 65
+out=$("$dsv41" bench -m "$tmp/ds" -t 1 --draft 3 --json 2>/dev/null)
+printf '%s' "$out" | python3 -c 'import json, sys; p = json.load(sys.stdin)["speculative"]
+sys.exit(not (p["draft"] == 3 and p["verify_rows_cost"] > 0 and p["drafter_cost"] > 0 and p["accept_all_tokens_per_s"] > 0
+              and p["speedup_accept_all"] > 0 and 0 <= p["own_acceptance"] <= 1))' &&
+    ok || bad "bench --draft 3 --json: '$out'"
 
 finish

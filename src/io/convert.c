@@ -120,7 +120,8 @@ static int add_out(out_list *o, const char *name, const char *dtype, int32_t ndi
 static int stored_fp8(const char *name) {
     static const char *suffixes[] = {"attn.wq_a.weight", "attn.wq_b.weight", "attn.wkv.weight", "attn.wo_a.weight",
                                      "attn.wo_b.weight", "shared_experts.w1.weight", "shared_experts.w2.weight",
-                                     "shared_experts.w3.weight", "indexer.wq_b.weight", "engram.wkv.weight"};
+                                     "shared_experts.w3.weight", "indexer.wq_b.weight", "engram.wkv.weight",
+                                     "main_proj.weight"};
     for (size_t i = 0; i < sizeof suffixes / sizeof *suffixes; i++)
         if (name_ends(name, suffixes[i])) return 1;
     return 0;
@@ -366,7 +367,7 @@ static void config_json(const config *c, int fp8, text *t) {
     put(t, ",\n    \"scoring_func\": \"sqrtsoftplus\",\n    \"routed_scaling_factor\": %.9g", c->route_scale);
     put(t, ",\n    \"norm_topk_prob\": %s,\n    \"swiglu_limit\": %.9g", c->norm_topk_prob ? "true" : "false", c->swiglu_limit);
     put(t, ",\n    \"gate_temp\": %.9g,\n    \"sliding_window\": %d", c->gate_temp, c->window_size);
-    put_list(t, "compress_ratios", c->compress_ratio, c->n_layers);
+    put_list(t, "compress_ratios", c->compress_ratio, c->n_layers + (config_has_drafter(c) ? c->n_mtp_layers : 0));
     put_list(t, "kv_source_layer_ids", kv, nkv);
     put_list(t, "index_source_layer_ids", ix, nix);
     put(t, ",\n    \"candidate_source_layer_id\": %d,\n    \"candidate_topk_blocks\": %d", c->candidate_source_layer, c->candidate_topk_blocks);
@@ -385,6 +386,13 @@ static void config_json(const config *c, int fp8, text *t) {
     } else {
         put(t, ",\n    \"engram_max_ngram_size\": %d,\n    \"engram_n_heads\": %d,\n    \"engram_head_dim\": %d",
             c->engram_max_ngram, c->engram_n_heads, c->engram_head_dim);
+    }
+    if (config_has_drafter(c)) {
+        put(t, ",\n    \"num_nextn_predict_layers\": %d,\n    \"dspark_block_size\": %d", c->n_mtp_layers, c->dspark_block_size);
+        put(t, ",\n    \"dspark_noise_token_id\": %d", c->dspark_noise_id);
+        put_list(t, "dspark_target_layer_ids", c->dspark_target, c->dspark_n_targets);
+        put(t, ",\n    \"dspark_markov_rank\": %d,\n    \"dspark_n_routed_experts\": %d", c->dspark_markov_rank, c->dspark_n_experts);
+        put(t, ",\n    \"dspark_num_experts_per_tok\": %d", c->dspark_n_activated);
     }
     put(t, ",\n    \"rope_theta\": %.9g,\n    \"compress_rope_theta\": %.9g", c->rope_theta, c->compress_rope_theta);
     put(t, ",\n    \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": %.9g, \"original_max_position_embeddings\": %d, "

@@ -216,13 +216,8 @@ dsv41_model *model_from_rule(const config *c) {
     return model_build(c, &rs.base);
 }
 
-/* ---- the built-in tiny model: models/tiny.json, embedded at build time */
-extern const char tiny_model_json[];
-
-dsv41_model *builtin_model(void) {
-    char err[256];
-    json *j = json_parse(tiny_model_json, strlen(tiny_model_json), err, sizeof err);
-    if (!j) { set_error("built-in model: %s", err); return NULL; }
+/* The rule's model of the fixture-shaped config j (freed here), or NULL. */
+static dsv41_model *model_from_fixture(json *j) {
     config c;
     int rc = config_from_fixture(&c, j);
     json_free(j);
@@ -230,4 +225,21 @@ dsv41_model *builtin_model(void) {
     dsv41_model *m = model_from_rule(&c);
     if (!m) config_free(&c);
     return m;
+}
+
+dsv41_model *model_from_config_file(const char *path) {
+    char err[256];
+    json *j = json_load_file(path, err, sizeof err);
+    if (!j) { set_error("%s", err); return NULL; }
+    return model_from_fixture(j);
+}
+
+/* ---- the built-in tiny model: models/tiny.json, embedded at build time */
+extern const char tiny_model_json[];
+
+dsv41_model *builtin_model(void) {
+    char err[256];
+    json *j = json_parse(tiny_model_json, strlen(tiny_model_json), err, sizeof err);
+    if (!j) { set_error("built-in model: %s", err); return NULL; }
+    return model_from_fixture(j);
 }

@@ -21,6 +21,9 @@ dsv41_model *model_from_meta(const config *c, const struct dsv41_json *meta);
 weight_source *meta_source_new(const struct dsv41_json *meta);
 void meta_source_free(weight_source *src);
 dsv41_model *model_from_rule(const config *c);
+/* The naming rule's model of a fixture-shaped config file (models/tiny_dspark.json): what synth
+ * writes, without the files. */
+dsv41_model *model_from_config_file(const char *path);
 /* The naming-rule source on its own, for c (which must outlive it); free() it. */
 weight_source *rule_source_new(const config *c);
 

@@ -63,13 +63,13 @@ static int build_engram(builder *b, layer_weights *L, int ei) {
     return 0;
 }
 
-static int build_layer(builder *b, int32_t l) {
+/* Layer l's weights under b's prefix, with E routed experts; a DSpark stage is layer
+ * n_layers + s, which has no compressor, indexer or Engram. */
+static int build_layer(builder *b, layer_weights *L, int32_t l, int64_t E) {
     const config *c = &b->m->cfg;
-    layer_weights *L = &b->m->layers[l];
-    snprintf(b->prefix, sizeof b->prefix, "layers.%d.", l);
     int64_t dim = c->dim, mix = (int64_t)(2 + c->hc_mult) * c->hc_mult, hcd = (int64_t)c->hc_mult * dim;
     int64_t hd = c->head_dim, qr = c->q_lora_rank, H = c->n_heads, G = c->o_groups, orank = c->o_lora_rank;
-    int64_t ihd = c->index_head_dim, IH = c->index_n_heads, inter = c->moe_inter_dim, E = c->n_routed_experts;
+    int64_t ihd = c->index_head_dim, IH = c->index_n_heads, inter = c->moe_inter_dim;
     L->engram = config_engram_index(c, l);
     if (L->engram >= 0 && build_engram(b, L, L->engram)) return -1;
     if (mat(b, &L->hc_attn_fn, mix, hcd, "hc_attn_fn") || mat(b, &L->hc_ffn_fn, mix, hcd, "hc_ffn_fn") ||
@@ -114,6 +114,29 @@ static int build_layer(builder *b, int32_t l) {
     return 0;
 }
 
+/* The drafter: its stages in order, the tap projection with stage 0, the heads with the last. */
+static int build_draft(builder *b) {
+    dsv41_model *m = b->m;
+    const config *c = &m->cfg;
+    int64_t dim = c->dim, rank = c->dspark_markov_rank;
+    dspark_weights *d = m->draft = model_alloc(m, sizeof *m->draft);
+    if (!d || !(d->stages = model_alloc(m, (size_t)c->n_mtp_layers * sizeof *d->stages))) return set_error("out of memory");
+    for (int32_t s = 0; s < c->n_mtp_layers; s++) {
+        snprintf(b->prefix, sizeof b->prefix, "mtp.%d.", s);
+        if (build_layer(b, &d->stages[s], c->n_layers + s, c->dspark_n_experts)) return -1;
+        if (s == 0 && (mat(b, &d->main_proj, dim, c->dspark_n_targets * dim, "main_proj.weight") ||
+                       !(d->main_norm = vec(b, dim, "main_norm.weight"))))
+            return -1;
+    }
+    if (!(d->norm = vec(b, dim, "norm.weight")) || mat(b, &d->markov_embed, c->vocab_size, rank, "markov_head.embed.weight") ||
+        mat(b, &d->markov_head, c->vocab_size, rank, "markov_head.head.weight") ||
+        mat(b, &d->confidence, 1, dim + rank, "confidence_head.proj.weight"))
+        return -1;
+    /* the release holds the Markov head and the confidence projection in f32 */
+    d->markov_head.mode = d->confidence.mode = AS_F32;
+    return 0;
+}
+
 dsv41_model *model_build(const config *cfg, weight_source *src) {
     dsv41_model *m = calloc(1, sizeof *m);
     if (!m) { set_error("out of memory"); return NULL; }
@@ -128,9 +151,11 @@ dsv41_model *model_build(const config *cfg, weight_source *src) {
         goto fail;
     m->head.mode = AS_F32;
     for (int32_t l = 0; l < c->n_layers; l++) {
-        if (build_layer(&b, l)) goto fail;
+        snprintf(b.prefix, sizeof b.prefix, "layers.%d.", l);
+        if (build_layer(&b, &m->layers[l], l, c->n_routed_experts)) goto fail;
         progress_report("load: layers", l + 1, c->n_layers);
     }
+    if (config_has_drafter(c) && build_draft(&b)) goto fail;
     if (rope_init(m)) goto fail;
     return m;
 fail:

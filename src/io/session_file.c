@@ -80,7 +80,7 @@ static uint64_t config_identity(const config *c) {
     hash_bytes(&hs, &c->engram_pad_id, sizeof c->engram_pad_id);
     hash_bytes(&hs, c->engram_rows, sizeof c->engram_rows + sizeof c->engram_pad);
     hash_bytes(&hs, c->engram_mult, sizeof c->engram_mult + sizeof c->engram_prime + sizeof c->engram_offset);
-    hash_bytes(&hs, &c->n_mtp_layers, offsetof(config, dspark_markov_rank) + sizeof c->dspark_markov_rank -
+    hash_bytes(&hs, &c->n_mtp_layers, offsetof(config, dspark_target) + sizeof c->dspark_target -
                                           offsetof(config, n_mtp_layers));
     if (c->n_engram) hash_bytes(&hs, c->engram_token_map, (size_t)c->vocab_size * sizeof *c->engram_token_map);
     return hash_end(&hs);

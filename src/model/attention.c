@@ -23,6 +23,7 @@
 #include "numerics.h"
 #include "pool.h"
 #include "scratch.h"
+#include "spec.h"
 
 /* blocks [b, e) of 32 of the floats at ctx, e4m3 fake-quantized */
 static void fp8_fake_quant_range(void *ctx, int64_t b, int64_t e) { fp8_fake_quant((float *)ctx + 32 * b, (size_t)(32 * (e - b))); }
@@ -315,6 +316,94 @@ static attn_job attend(const batch_seq *sq, int32_t l, const attn_rows *p, float
                       powf((float)hd, -0.5f), o};
 }
 
+/* attend for the T rows of a verify (s->verify, spec.c) at positions pos..: each row sees what a
+ * one-token step at its position would. Its window is its own last window_size positions, read
+ * from the ring as the call found it and from the call's rows (the ring then gets every row);
+ * the compressor and the indexer run row by row at their positions, each indexer row against
+ * the index keys that step would read and, past the candidate source, its own row's mask; the
+ * top-k rows of each position go to the shared slots for the layers that reuse them. The
+ * journal keeps the overwritten ring slots, the compressor tail after each row and the masks. */
+static attn_job attend_verify(dsv41_session *s, int32_t l, const attn_rows *p, int64_t T, float *o) {
+    const dsv41_model *m = s->m;
+    const config *c = &m->cfg;
+    const layer_weights *L = &m->layers[l];
+    spec_journal *jn = s->verify;
+    shared_slots *sh = &s->shared;
+    int32_t H = c->n_heads, hd = c->head_dim, rd = c->rope_head_dim, W = c->window_size, ratio = c->compress_ratio[l];
+    int32_t pos = s->pos, IH = c->index_n_heads, ihd = c->index_head_dim, nwin = W + (int32_t)T;
+    const rope_table *rt = ratio ? &m->rope_yarn : &m->rope_plain;
+    int64_t clen = ratio ? (pos + T) / ratio : 0;
+    int32_t kmax = (int32_t)(c->index_topk < clen ? c->index_topk : clen), width = W + kmax;
+    int32_t *idx = scratch_i32(T * width);
+    float *rows = scratch_f32(nwin * hd), *ring = s->layers[l].window;
+    rope_rows(rt, p->q, T * H, H, hd, rd, pos, 0);
+    rope_rows(rt, p->kv, T, 1, hd, rd, pos, 0);
+    pool_run(T * hd / 32, 64, fp8_fake_quant_range, p->kv);
+    memcpy(rows, ring, (size_t)W * hd * sizeof *rows);
+    memcpy(rows + (int64_t)W * hd, p->kv, (size_t)(T * hd) * sizeof *rows);
+    for (int64_t t = 0; t < T; t++) {
+        memcpy(jn->ring_old + ((int64_t)l * T + t) * hd, ring + ((pos + t) % W) * hd, (size_t)hd * sizeof *ring);
+        memcpy(ring + ((pos + t) % W) * hd, p->kv + t * hd, (size_t)hd * sizeof *ring);
+        for (int32_t j = 0; j < width; j++) { /* positions p-W+1..p oldest first, as the decode ring reads them */
+            int64_t q = pos + t - W + 1 + j;
+            idx[t * width + j] = j >= W || q < 0 ? -1 : q >= pos ? (int32_t)(W + q - pos) : (int32_t)(q % W);
+        }
+    }
+    if (ratio) {
+        float *latent = scratch_f32(hd);
+        int32_t *topk = scratch_i32(T * kmax);
+        for (int64_t i = 0; i < T * kmax; i++) topk[i] = -1;
+        for (int64_t t = 0; t < T; t++) {
+            int32_t at = pos + (int32_t)t;
+            int64_t nlat = 0;
+            s->pos = at; /* the compressor and the indexer work at the row's position */
+            if (c->is_kv_source[l]) {
+                nlat = compressor_step(s, l, p->ckv + t * hd, p->cgate ? p->cgate + t * hd : NULL, 1, latent);
+                sh->compress_kv = s->layers[l].ckv;
+                if (jn->tail[l]) {
+                    memcpy(jn->tail[l] + t * 2 * ratio * hd, s->layers[l].kv_state, (size_t)ratio * hd * sizeof(float));
+                    memcpy(jn->tail[l] + (t * 2 + 1) * ratio * hd, s->layers[l].score_state, (size_t)ratio * hd * sizeof(float));
+                }
+            }
+            if (c->is_index_source[l] && (at + 1) / ratio > 0) {
+                sh->index_k = spec_index_owner(s, at, l);
+                int cs = c->candidate_source_layer;
+                if (cs >= 0 && cs < l) { /* row t's candidate blocks, as its own step's source layer left them */
+                    int32_t kb = cand_blocks(c, jn->cand_width[t]);
+                    if (buffer_grow((void **)&sh->cand, &sh->cand_cap, (size_t)jn->cand_cap * sizeof *sh->cand))
+                        abort(); /* as the scratch arena does */
+                    memcpy(sh->cand, jn->cand + t * jn->cand_cap, (size_t)kb * sizeof *sh->cand);
+                    sh->cand_rows = 1;
+                    sh->cand_width = jn->cand_width[t];
+                }
+                int32_t k = indexer_select(&(batch_seq){s, 0, 1, 0, 1}, l, p->iq + t * IH * ihd, p->iw + t * IH, latent,
+                                           nlat, nwin);
+                memcpy(topk + t * kmax, sh->topk, (size_t)k * sizeof *topk);
+                if (l == cs) {
+                    memcpy(jn->cand + t * jn->cand_cap, sh->cand, (size_t)cand_blocks(c, sh->cand_width) * sizeof *sh->cand);
+                    jn->cand_width[t] = sh->cand_width;
+                }
+            }
+            if (nlat > 0) {
+                rope_apply(rt, latent, hd, rd, at + 1 - ratio, 0);
+                fp4_fake_quant_e4m3(latent, (size_t)hd, 16);
+                memcpy(s->layers[l].ckv + (int64_t)(at / ratio) * hd, latent, (size_t)hd * sizeof *latent);
+            }
+        }
+        s->pos = pos;
+        if (c->is_index_source[l]) { /* every row's top-k, for the layers after this one */
+            if (buffer_grow((void **)&sh->topk, &sh->topk_cap, (size_t)(T * kmax) * sizeof *sh->topk)) abort();
+            memcpy(sh->topk, topk, (size_t)(T * kmax) * sizeof *topk);
+            sh->topk_rows = (int32_t)T;
+            sh->topk_width = kmax;
+        }
+        for (int64_t t = 0; t < T; t++)
+            memcpy(idx + t * width + W, sh->topk + t * sh->topk_width, (size_t)kmax * sizeof *idx);
+    }
+    return (attn_job){p->q, L->attn_sink, rows, clen > 0 ? sh->compress_kv : NULL, idx, T, H, hd, width, nwin,
+                      powf((float)hd, -0.5f), o};
+}
+
 /* p's rows from row r on */
 static attn_rows rows_from(const attn_rows *p, const config *c, int64_t r) {
     int64_t hd = c->head_dim, ihd = c->index_head_dim, IH = c->index_n_heads;
@@ -332,7 +421,7 @@ void attention_forward(const batch_seq *seq, int32_t count, int32_t l, const flo
     const config *c = &m->cfg;
     const layer_weights *L = &m->layers[l];
     int32_t H = c->n_heads, hd = c->head_dim, ratio = c->compress_ratio[l], dim = c->dim, qrank = c->q_lora_rank;
-    int32_t G = c->o_groups, orank = c->o_lora_rank, gw = H * hd / G, IH = c->index_n_heads;
+    int32_t IH = c->index_n_heads;
     int kvs = ratio && c->is_kv_source[l], ixs = ratio && c->is_index_source[l];
     const rope_table *rt = ratio ? &m->rope_yarn : &m->rope_plain;
     scratch_mark mark = scratch_begin();
@@ -340,7 +429,7 @@ void attention_forward(const batch_seq *seq, int32_t count, int32_t l, const flo
     attn_rows p = {scratch_f32(T * H * hd), scratch_f32(T * hd), kvs ? scratch_f32(T * hd) : NULL,
                    kvs && ratio > 1 ? scratch_f32(T * hd) : NULL, ixs ? scratch_f32(T * IH * c->index_head_dim) : NULL,
                    ixs ? scratch_f32(T * IH) : NULL};
-    float *o = scratch_f32(T * H * hd), *og = scratch_f32(T * G * orank);
+    float *o = scratch_f32(T * H * hd);
 
     /* the quantized projections of x first, side by side, so they share one act_quant */
     linear_item items[5];
@@ -361,14 +450,22 @@ void attention_forward(const batch_seq *seq, int32_t count, int32_t l, const flo
     attn_job *jobs = scratch_bytes((size_t)count * sizeof *jobs);
     for (int32_t i = 0; i < count; i++) {
         attn_rows pi = rows_from(&p, c, seq[i].row0);
-        jobs[i] = attend(&seq[i], l, &pi, o + seq[i].row0 * H * hd, tr);
+        jobs[i] = seq[i].s->verify ? attend_verify(seq[i].s, l, &pi, seq[i].T, o + seq[i].row0 * H * hd)
+                                   : attend(&seq[i], l, &pi, o + seq[i].row0 * H * hd, tr);
     }
     sparse_attn(jobs, count);
     trace_f32(tr, o, 4, (int64_t[]){1, T, H, hd}, "L%d.sa_o", l);
     for (int32_t i = 0; i < count; i++) /* un-rotated at each session's positions */
         rope_rows(rt, o + seq[i].row0 * H * hd, seq[i].T * H, H, hd, c->rope_head_dim, seq[i].s->pos + seq[i].at, 1);
+    attention_project(c, L, o, T, out);
+    scratch_end(mark);
+}
+
+void attention_project(const config *c, const layer_weights *L, const float *o, int64_t T, float *out) {
+    int32_t H = c->n_heads, hd = c->head_dim, G = c->o_groups, orank = c->o_lora_rank, gw = H * hd / G;
+    scratch_mark mark = scratch_begin();
+    float *og = scratch_f32(T * G * orank), *part = scratch_f32(G * T * orank);
     /* wo_a is block-diagonal: group g's rows see only group g's slice of every head row */
-    float *part = scratch_f32(G * T * orank);
     linear_item *gitems = scratch_bytes((size_t)G * sizeof *gitems);
     for (int32_t g = 0; g < G; g++)
         gitems[g] = (linear_item){&L->wo_a, (int64_t)g * orank, orank, o + g * gw, T, (int64_t)H * hd, part + g * T * orank};
@@ -378,4 +475,11 @@ void attention_forward(const batch_seq *seq, int32_t count, int32_t l, const flo
             memcpy(og + (t * G + g) * orank, part + (g * T + t) * orank, (size_t)orank * sizeof *part);
     linear(&L->wo_b, og, T, out);
     scratch_end(mark);
+}
+
+void attention_sparse(const config *c, const layer_weights *L, const float *q, const float *rows, int32_t nrows,
+                      const int32_t *idx, int32_t width, int64_t T, float *o) {
+    attn_job j = {q, L->attn_sink, rows, NULL, idx, T, c->n_heads, c->head_dim, width, nrows,
+                  powf((float)c->head_dim, -0.5f), o};
+    sparse_attn(&j, 1);
 }

@@ -25,7 +25,7 @@ static const struct { const char *key, *served; } ALIASES[] = {
     {"route_scale", "routed_scaling_factor"}, {"window_size", "sliding_window"},
     {"kv_source_layers", "kv_source_layer_ids"}, {"index_source_layers", "index_source_layer_ids"},
     {"candidate_source_layer", "candidate_source_layer_id"}, {"engram_pad_id", "engram_pad_token_id"},
-    {"n_mtp_layers", "num_nextn_predict_layers"},
+    {"n_mtp_layers", "num_nextn_predict_layers"}, {"dspark_n_activated_experts", "dspark_num_experts_per_tok"},
 };
 static const struct { const char *key, *sub; } ROPE_SCALING[] = {
     {"rope_factor", "factor"}, {"original_seq_len", "original_max_position_embeddings"},
@@ -240,6 +240,45 @@ static int read_roles(config *c, const cfg_src *fx) {
     return 0;
 }
 
+/* The DSpark geometry (keys only some configs have). Stage s is layer n_layers + s to the
+ * release: its compress ratio, when the list gives one, must be 0 (plain window attention), and
+ * its expert counts default to the backbone's. The taps are the inputs of the target layers,
+ * concatenated in layer order, so the list must ascend. */
+static int read_dspark(config *c, const cfg_src *fx) {
+    if (get_opt_int(fx, "n_mtp_layers", &c->n_mtp_layers) || get_opt_int(fx, "dspark_n_routed_experts", &c->dspark_n_experts) ||
+        get_opt_int(fx, "dspark_n_activated_experts", &c->dspark_n_activated) ||
+        get_opt_int(fx, "dspark_markov_rank", &c->dspark_markov_rank) ||
+        get_opt_int(fx, "dspark_block_size", &c->dspark_block_size) ||
+        get_opt_int(fx, "dspark_noise_token_id", &c->dspark_noise_id))
+        return -1;
+    if (c->n_mtp_layers > MAX_LAYERS - c->n_layers)
+        return set_error("config: n_layers + n_mtp_layers must be at most %d", MAX_LAYERS);
+    if (c->dspark_n_experts == 0) c->dspark_n_experts = c->n_routed_experts;
+    if (c->dspark_n_activated == 0) c->dspark_n_activated = c->n_activated_experts;
+    if (c->dspark_n_activated > c->dspark_n_experts)
+        return set_error("config: dspark_n_activated_experts exceeds dspark_n_routed_experts");
+    int64_t tmp[MAX_LAYERS];
+    if (lookup(fx, "dspark_target_layer_ids")) {
+        int n = get_int_list(fx, "dspark_target_layer_ids", 0, c->n_layers - 1, tmp, MAX_LAYERS);
+        if (n < 0) return -1;
+        for (int i = 0; i < n; i++) {
+            if (i > 0 && tmp[i] <= tmp[i - 1]) return set_error("config: dspark_target_layer_ids must ascend");
+            c->dspark_target[i] = (int32_t)tmp[i];
+        }
+        c->dspark_n_targets = n;
+    }
+    if (c->dspark_block_size > 64) return set_error("config: dspark_block_size must be at most 64");
+    if (!config_has_drafter(c)) return 0;
+    if (c->dspark_n_targets < 1) return set_error("config: a DSpark drafter needs dspark_target_layer_ids");
+    if (c->dspark_markov_rank < 1) return set_error("config: a DSpark drafter needs dspark_markov_rank");
+    if (c->dspark_noise_id >= c->vocab_size)
+        return set_error("config: dspark_noise_token_id must be a token id in [0, %d)", c->vocab_size);
+    int n = get_int_list(fx, "compress_ratios", 0, 64, tmp, MAX_LAYERS);
+    for (int i = c->n_layers; i < n && i < c->n_layers + c->n_mtp_layers; i++)
+        if (tmp[i] != 0) return set_error("config: DSpark stage %d (layer %d) must have compress ratio 0", i - c->n_layers, i);
+    return 0;
+}
+
 static int compute_engram_tables(config *c, const int64_t *token_map);
 
 static int config_read(config *c, const cfg_src *fx) {
@@ -289,12 +328,7 @@ static int config_read(config *c, const cfg_src *fx) {
     if (c->window_size > c->max_seq_len)
         return set_error("config: '%s' %d exceeds the context '%s' %d", spelled(fx, "window_size"), c->window_size,
                          spelled(fx, "max_seq_len"), c->max_seq_len);
-    const json *targets = lookup(fx, "dspark_target_layer_ids");
-    c->dspark_n_targets = targets && targets->type == JSON_ARR ? (int32_t)targets->len : 0;
-    if (get_opt_int(fx, "n_mtp_layers", &c->n_mtp_layers) || get_opt_int(fx, "dspark_n_routed_experts", &c->dspark_n_experts) ||
-        get_opt_int(fx, "dspark_markov_rank", &c->dspark_markov_rank))
-        return -1;
-    return read_roles(c, fx) || read_engram_geometry(c, fx) ? -1 : 0;
+    return read_roles(c, fx) || read_engram_geometry(c, fx) || read_dspark(c, fx) ? -1 : 0;
 }
 
 int config_from_fixture(config *c, const json *fx) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "collective.h"
+#include "dspark.h"
 #include "lead.h"
 #include "numerics.h"
 #include "scratch.h"
@@ -56,6 +57,7 @@ static void block(const batch_seq *seq, int32_t count, int32_t l, int64_t T, con
     int32_t *ri = scratch_i32(T * k);
 
     if (L->engram >= 0) engram_forward(m, l, hashes, T, h, tr);
+    if (m->draft) dspark_tap(seq, count, l, T, h); /* the drafter reads the inputs of its target layers */
     trace_f32(tr, h, 4, (int64_t[]){1, T, hc, dim}, "L%d.h_in", l);
     trace_f32(tr, pre_mix, 3, (int64_t[]){1, T, hc}, "L%d.pre_mix_in", l);
 
@@ -97,10 +99,11 @@ static void block(const batch_seq *seq, int32_t count, int32_t l, int64_t T, con
 static int cancelled(dsv41_session *s) { return s->m->part.n_ranks == 1 && atomic_exchange(&s->cancel, 0); }
 
 /* What dsv41_batch_forward checks before any session changes, and forward() keeps: the
- * sessions are distinct, each a prefill at position 0 or one token after it. */
+ * sessions are distinct, each a prefill at position 0 or one token after it, or the rows of a
+ * verify (s->verify set: spec.c), each of which computes what one token after it would. */
 static inline int batch_valid(const batch_seq *seq, int32_t count) {
     for (int32_t i = 0; i < count; i++) {
-        if (seq[i].s->pos > 0 && seq[i].T != 1) return 0;
+        if (seq[i].s->pos > 0 && seq[i].T != 1 && !seq[i].s->verify) return 0;
         for (int32_t k = 0; k < i; k++)
             if (seq[k].s == seq[i].s) return 0;
     }
@@ -283,6 +286,11 @@ static int forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logit
     lead_forward_end(s);
     if (rc) return -1;
     return check_logits(logits, all ? n * V : V);
+}
+
+int forward_verify(dsv41_session *s, const int32_t *ids, int32_t n, float *logits) {
+    if (check_call(s, ids, n) || session_reserve(s, s->pos + n)) return -1;
+    return forward_call(s, ids, n, logits, 1, NULL) || check_logits(logits, n * (int64_t)s->m->cfg.vocab_size) ? -1 : 0;
 }
 
 int dsv41_session_forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logits, dsv41_trace *tr) {

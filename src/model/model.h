@@ -58,10 +58,18 @@ typedef struct {
     int64_t engram_mult[MAX_ENGRAM][MAX_NGRAM];     /* [n_engram][max_ngram] odd multipliers */
     int64_t engram_prime[MAX_ENGRAM][MAX_HASH_COLS];  /* [n_engram][cols] col = (n-2)*heads + h */
     int64_t engram_offset[MAX_ENGRAM][MAX_HASH_COLS]; /* [n_engram][cols] exclusive prefix sums */
-    /* DSpark draft blocks: in the release checkpoint, not used by the text forward pass (0: none) */
-    int32_t n_mtp_layers, dspark_n_experts;         /* blocks; routed experts in each */
+    /* DSpark draft stages (mtp.N.*, dspark.c): a drafter when n_mtp_layers and dspark_block_size
+     * are both set, as the release builds it */
+    int32_t n_mtp_layers, dspark_n_experts;         /* stages; routed experts in each */
     int32_t dspark_n_targets, dspark_markov_rank;   /* layers main_proj concatenates; Markov head rank */
+    int32_t dspark_n_activated;                     /* experts a draft row routes to */
+    int32_t dspark_block_size;                      /* rows of a draft block: the anchor, then noise */
+    int32_t dspark_noise_id;                        /* token id of the block's rows after the anchor */
+    int32_t dspark_target[MAX_LAYERS];              /* [dspark_n_targets] tapped layers, ascending */
 } config;
+
+/* Whether c has a drafter: stages and a block size (the release builds none without both). */
+static inline int config_has_drafter(const config *c) { return c->n_mtp_layers > 0 && c->dspark_block_size > 0; }
 
 static inline int32_t engram_cols(const config *c) { return (c->engram_max_ngram - 1) * c->engram_n_heads; }
 int config_engram_index(const config *c, int32_t layer); /* -1 when not an engram layer */
@@ -121,6 +129,19 @@ typedef struct {
  * into out [32]; returns their count. */
 int layer_dense_weights(const layer_weights *L, const weight **out);
 
+/* The DSpark drafter's weights: its stages are layers without compressor, indexer or Engram and
+ * with dspark_n_experts routed experts; the first stage projects the taps, the last holds the
+ * heads. Embedding and LM head are the backbone's. */
+typedef struct {
+    layer_weights *stages;                  /* [n_mtp_layers] */
+    weight main_proj;                       /* [dim][dspark_n_targets*dim] */
+    float *main_norm;                       /* [dim] */
+    float *norm;                            /* [dim] before the LM head */
+    weight markov_embed;                    /* [vocab_size][dspark_markov_rank] */
+    weight markov_head;                     /* [vocab_size][dspark_markov_rank], computed in f32 */
+    weight confidence;                      /* [1][dim + dspark_markov_rank], computed in f32 */
+} dspark_weights;
+
 /* The angle of position p in pair k is (float)p * freq[k] in f32, as the reference forms it
  * (torch.outer of the positions and the f32 frequencies); cos and sin are taken of that f32
  * angle when a row is rotated, so nothing here grows with the context. */
@@ -148,6 +169,7 @@ struct dsv41_model {
     float *norm;                            /* [dim] */
     weight head;                            /* [vocab_size][dim] */
     layer_weights *layers;                  /* [n_layers] */
+    dspark_weights *draft;                  /* the drafter, or NULL (config_has_drafter) */
     rope_table rope_plain, rope_yarn;       /* ratio-0 layers / compressed layers */
     void **owned;                           /* buffers the model frees */
     size_t n_owned, cap_owned;
@@ -205,6 +227,8 @@ struct dsv41_session {
     void *progress_ctx;
     atomic_int cancel;                      /* a dsv41_session_cancel request not yet served */
     int32_t tile_rows;                      /* a longer prefill goes through each layer this many rows at a time */
+    struct dspark_state *draft;             /* the drafter's taps and rings (dspark_state.c), or NULL */
+    struct spec_journal *verify;            /* during a verify call (spec.c): what rows rewrite, else NULL */
 };
 
 /* One session's share of a batched forward: rows [row0, row0 + T) of every activation, its
@@ -218,6 +242,10 @@ typedef struct {
 
 /* Grows s's caches to hold n positions (n <= max_seq_len); 0, or -1 when out of memory. */
 int session_reserve(dsv41_session *s, int32_t n);
+/* n rows at s's position > 0 in one forward, each computed as a one-token step at its position
+ * would be (s->verify set: spec.c); logits [n][vocab] get every row's. */
+int forward_verify(dsv41_session *s, const int32_t *ids, int32_t n, float *logits);
+
 /* Empties s to position 0 as a new session is. Compressed rows are zeroed up to position reach
  * only: rows past the closed groups of every position a call reached are zero already. */
 void session_clear(dsv41_session *s, int32_t reach);
@@ -273,5 +301,14 @@ int32_t cand_blocks(const config *c, int32_t width);
 void cand_mask(const config *c, const int32_t *kept, int32_t width, uint8_t *keep);
 int cand_from_mask(const config *c, const uint8_t *keep, int32_t width, int32_t *kept);
 void moe_forward(const dsv41_model *m, int32_t l, const float *x, int64_t T, float *y, float *route_w, int32_t *route_idx);
+/* moe_forward over the weights L with E routed experts of which each row takes k (the DSpark stages) */
+void moe_layer(const dsv41_model *m, const layer_weights *L, int32_t E, int32_t k, const float *x, int64_t T, float *y,
+               float *route_w, int32_t *route_idx);
+/* Sparse attention of q [T][H][head_dim] over rows [nrows][head_dim], row t reading the rows idx
+ * [T][width] names (-1: none), with L's sink: o [T][H][head_dim] bf16, as attention_forward() does. */
+void attention_sparse(const config *c, const layer_weights *L, const float *q, const float *rows, int32_t nrows,
+                      const int32_t *idx, int32_t width, int64_t T, float *o);
+/* The output projections of attention: o [T][H][head_dim] (un-rotated) -> out [T][dim]. */
+void attention_project(const config *c, const layer_weights *L, const float *o, int64_t T, float *out);
 
 #endif

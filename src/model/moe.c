@@ -20,8 +20,7 @@ static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 /* scores [E] (raw gate dot products) -> weights [k], ids [k] in descending order of
  * score + bias, the lower id first on ties */
-static void route(const config *c, const float *bias, float *s, float *weights, int32_t *ids) {
-    int32_t E = c->n_routed_experts, k = c->n_activated_experts;
+static void route(const config *c, int32_t E, int32_t k, const float *bias, float *s, float *weights, int32_t *ids) {
     for (int32_t e = 0; e < E; e++) s[e] = sqrtf(softplus(s[e] / c->gate_temp));
     float sum = 0.0f;
     for (int32_t j = 0; j < k; j++) {
@@ -65,6 +64,7 @@ static void swiglu_range(void *ctx, int64_t b, int64_t e) {
 
 typedef struct {
     const config *c;
+    int32_t E, k;
     const float *bias;
     float *scores, *weights;
     int32_t *ids;
@@ -72,8 +72,8 @@ typedef struct {
 
 static void route_range(void *ctx, int64_t b, int64_t e) {
     const route_job *j = ctx;
-    const int32_t E = j->c->n_routed_experts, k = j->c->n_activated_experts;
-    for (int64_t t = b; t < e; t++) route(j->c, j->bias, j->scores + t * E, j->weights + t * k, j->ids + t * k);
+    const int32_t E = j->E, k = j->k;
+    for (int64_t t = b; t < e; t++) route(j->c, E, k, j->bias, j->scores + t * E, j->weights + t * k, j->ids + t * k);
 }
 
 /* g, u [n][inter] (w1 x and w3 x) -> g = bf16(silu(min(g, lim)) * clamp(u, +-lim) * rw), rw [n]
@@ -87,10 +87,10 @@ static void swiglu(const config *c, float *g, const float *u, int64_t n, int64_t
 /* Experts [e0, e1) (picks [first[e0], first[e1]) of xs, with route weights rw) and, when
  * `shared`, the shared expert over all T tokens: every up projection as one pool job, then
  * every down projection as another. ys [picks][dim], yss [T][dim]: the outputs. */
-static void run_experts(const dsv41_model *m, int32_t l, const int64_t *first, int32_t e0, int32_t e1,
-                        const float *xs, const float *rw, const float *x, int64_t T, int shared, float *ys, float *yss) {
+static void run_experts(const dsv41_model *m, const layer_weights *L, int32_t E, const int64_t *first, int32_t e0,
+                        int32_t e1, const float *xs, const float *rw, const float *x, int64_t T, int shared, float *ys,
+                        float *yss) {
     const config *c = &m->cfg;
-    const layer_weights *L = &m->layers[l];
     int64_t dim = c->dim, inter = c->moe_inter_dim, sinter = shared ? L->sw1.rows : 0;
     int64_t p0 = first[e0], n = first[e1] - p0;
     scratch_mark mark = scratch_begin();
@@ -100,7 +100,7 @@ static void run_experts(const dsv41_model *m, int32_t l, const int64_t *first, i
     int32_t ni = 0;
     for (int32_t e = e0; e < e1; e++) {
         int64_t cnt = first[e + 1] - first[e], f = first[e] - p0;
-        if (cnt == 0 || !part_owns(&m->part, c->n_routed_experts, e)) continue;
+        if (cnt == 0 || !part_owns(&m->part, E, e)) continue;
         items[ni++] = (linear_item){&L->w1[e], 0, inter, xs + f * dim, cnt, dim, g + f * inter};
         items[ni++] = (linear_item){&L->w3[e], 0, inter, xs + f * dim, cnt, dim, u + f * inter};
     }
@@ -114,7 +114,7 @@ static void run_experts(const dsv41_model *m, int32_t l, const int64_t *first, i
     ni = 0;
     for (int32_t e = e0; e < e1; e++) {
         int64_t cnt = first[e + 1] - first[e], f = first[e] - p0;
-        if (cnt > 0 && part_owns(&m->part, c->n_routed_experts, e)) items[ni++] = (linear_item){&L->w2[e], 0, dim, g + f * inter, cnt, inter, ys + f * dim};
+        if (cnt > 0 && part_owns(&m->part, E, e)) items[ni++] = (linear_item){&L->w2[e], 0, dim, g + f * inter, cnt, inter, ys + f * dim};
     }
     if (shared) items[ni++] = (linear_item){&L->sw2, 0, dim, gs, T, sinter, yss};
     linear_batch(items, ni);
@@ -171,16 +171,20 @@ static void finish_range(void *ctx, int64_t b, int64_t e) {
  * of at most max(T, 64) picks, so a decode step makes two pool jobs per layer and a prefill's
  * scratch stays a few activations' worth. */
 void moe_forward(const dsv41_model *m, int32_t l, const float *x, int64_t T, float *y, float *route_w, int32_t *route_idx) {
+    moe_layer(m, &m->layers[l], m->cfg.n_routed_experts, m->cfg.n_activated_experts, x, T, y, route_w, route_idx);
+}
+
+void moe_layer(const dsv41_model *m, const layer_weights *L, int32_t E, int32_t k, const float *x, int64_t T, float *y,
+               float *route_w, int32_t *route_idx) {
     const config *c = &m->cfg;
-    const layer_weights *L = &m->layers[l];
-    int32_t k = c->n_activated_experts, E = c->n_routed_experts, dim = c->dim;
+    int32_t dim = c->dim;
     int64_t n = T * k, cap = T > 64 ? T : 64;
     scratch_mark mark = scratch_begin();
     float *acc = scratch_f32(T * dim), *scores = scratch_f32(T * E), *rw = scratch_f32(n);
     int32_t *rows = scratch_i32(n);
     int64_t *first = scratch_bytes((size_t)(E + 1) * sizeof *first); /* expert e: picks [first[e], first[e+1]) */
     linear(&L->gate, x, T, scores);
-    route_job rj = {c, L->gate_bias, scores, route_w, route_idx};
+    route_job rj = {c, E, k, L->gate_bias, scores, route_w, route_idx};
     pool_run(T, 16, route_range, &rj);
     /* the picks grouped by expert, tokens in order within each: a counting sort */
     int64_t *fill = scratch_bytes((size_t)E * sizeof *fill);
@@ -208,7 +212,7 @@ void moe_forward(const dsv41_model *m, int32_t l, const float *x, int64_t T, flo
         int64_t p0 = first[e0], np = first[e1] - p0;
         gather_job gj = {xs, x, rows + p0, dim};
         pool_run(np, 64, gather_range, &gj);
-        run_experts(m, l, first, e0, e1, xs, rw + p0, x, T, shared && e1 == E, ys, yss);
+        run_experts(m, L, E, first, e0, e1, xs, rw + p0, x, T, shared && e1 == E, ys, yss);
         if (m->part.n_ranks > 1) collective_share_picks(m, first, e0, e1, ys); /* the other ranks' experts */
         scatter_job sj = {acc, ys, picks, p0, np, k, dim};
         pool_run(T, 16, scatter_range, &sj);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dspark.h"
 #include "lead.h"
 #include "model.h"
 
@@ -37,6 +38,7 @@ void session_clear(dsv41_session *s, int32_t reach) {
         for (size_t i = 0; i < ratio * c->head_dim; i++) st->score_state[i] = -INFINITY;
     }
     memset(s->ngram_cache, 0, (size_t)reach * sizeof *s->ngram_cache);
+    if (s->draft) dspark_state_clear(s->m, s->draft);
     s->pos = 0;
     s->has_logits = 0;
     s->shared.compress_kv = s->shared.index_k = NULL;
@@ -53,6 +55,7 @@ dsv41_session *dsv41_session_new(const dsv41_model *m) {
     s->logits = calloc((size_t)c->vocab_size, sizeof *s->logits);
     s->layers = calloc((size_t)c->n_layers, sizeof *s->layers);
     if (!s->logits || !s->layers) goto oom;
+    if (m->draft && !(s->draft = dspark_state_new(m))) goto oom;
     for (int32_t l = 0; l < c->n_layers; l++) {
         layer_state *st = &s->layers[l];
         int32_t ratio = c->compress_ratio[l];
@@ -85,6 +88,7 @@ void dsv41_session_free(dsv41_session *s) {
         free(st->score_state);
     }
     free(s->layers);
+    dspark_state_free(s->draft);
     free(s->ngram_cache);
     free(s->tokens);
     free(s->logits);
@@ -177,6 +181,7 @@ int dsv41_session_copy(dsv41_session *dst, const dsv41_session *src) {
         memcpy(d->kv_state, sr->kv_state, ratio * c->head_dim * sizeof(float));
         memcpy(d->score_state, sr->score_state, ratio * c->head_dim * sizeof(float));
     }
+    if (src->draft) dspark_state_copy(src->m, dst->draft, src->draft);
     memcpy(dst->ngram_cache, src->ngram_cache, (size_t)src->pos * sizeof *src->ngram_cache);
     memcpy(dst->tokens, src->tokens, (size_t)src->pos * sizeof *src->tokens);
     memcpy(dst->logits, src->logits, (size_t)c->vocab_size * sizeof *src->logits);

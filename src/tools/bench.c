@@ -14,6 +14,7 @@
 #include <arm_neon.h>
 #endif
 
+#include "bench_spec.h"
 #include "dist.h"
 #include "kernels/kernels.h"
 #include "machine.h"
@@ -472,8 +473,8 @@ static int bench_contexts(const dsv41_model *m, const int32_t *ctxs, int32_t n_c
     return 0;
 }
 
-int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, const int32_t *long_ctx, int32_t n_long,
-                int json, FILE *out) {
+int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, int32_t draft, const int32_t *long_ctx,
+                int32_t n_long, int json, FILE *out) {
     const config *c = &m->cfg;
     int32_t n_pre = 512 < c->max_seq_len ? 512 : c->max_seq_len / 2, n_dec = 128;
     int32_t ctxs[3] = {16, n_pre, 2 * n_pre};
@@ -495,6 +496,7 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, const i
     kernel_timing kt[2];
     int nkt = 0;
     double int8 = 0;
+    spec_timing sp = {0, 0, 0, 0, 0};
     int32_t counts[2] = {1, threads};
     for (int pass = threads > 1 ? 0 : 1; pass < 2; pass++) {
         if (dsv41_set_threads(counts[pass])) return -1;
@@ -524,6 +526,7 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, const i
             if ((nkt = time_kernels(m, n_pre, kt)) < 0) return set_error("bench: out of memory");
             int8 = fmax(int8, int8_peak());
         }
+        if (pass == 1 && draft > 0 && bench_speculative(m, draft, &sp)) return -1;
         triad = fmax(triad, machine_triad_gbps());
         peak = fmax(peak, peak_gflops());
         if (json) continue;
@@ -541,6 +544,11 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, const i
             fprintf(out, "  projections alone, weights in cache: %.2f ms a step for one stream, %.2f ms for %d  (%.2fx)\n",
                     1e3 * proj[0], 1e3 * proj[1], parallel, parallel * proj[0] / proj[1]);
         if (pass == 1) print_kernels(kt, nkt, int8, 0, out);
+        if (sp.row_s > 0)
+            fprintf(out, "  speculative, %d drafts: verify of %d rows %.2fx one decode step, draft %.2fx; all accepted "
+                         "%.1f tok/s (%.2fx); own drafter %.1f tok/s, %.0f%% of drafts kept\n", draft, draft + 1,
+                    sp.verify_s / sp.row_s, sp.draft_s / sp.row_s, (draft + 1) / (sp.verify_s + sp.draft_s),
+                    (draft + 1) * sp.row_s / (sp.verify_s + sp.draft_s), sp.own_tok_s, 100.0 * sp.own_accept);
         fflush(out);
     }
     double rss = machine_peak_rss();
@@ -555,6 +563,12 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, const i
                     proj[1], parallel * proj[0] / proj[1]);
         fprintf(out, "}, ");
     }
+    if (json && draft > 0)
+        fprintf(out, "\"speculative\": {\"draft\": %d, \"verify_rows_cost\": %.4f, \"drafter_cost\": %.4f, "
+                     "\"accept_all_tokens_per_s\": %.3f, \"speedup_accept_all\": %.4f, \"own_acceptance\": %.4f, "
+                     "\"own_tokens_per_s\": %.3f, \"decode_step_s\": %.9f}, ", draft, sp.verify_s / sp.row_s,
+                sp.draft_s / sp.row_s, (draft + 1) / (sp.verify_s + sp.draft_s),
+                (draft + 1) * sp.row_s / (sp.verify_s + sp.draft_s), sp.own_accept, sp.own_tok_s, sp.row_s);
     if (json)
         fprintf(out,
                 "\"decode\": {\"tokens_per_s\": %.3f, \"bytes_per_token\": %.0f, \"effective_gbps\": %.3f, "

@@ -104,7 +104,8 @@ def main():
     extras = 7                                            # main_proj + scale, main_norm, norm, markov x2, confidence
     tensors += mtp * n + extras
     data += mtp * b + fp8(D, ntgt * D) + 2 * D + 2 * D + 2 * 2 * V * rank + 2 * (D + rank)
-    unread = L + mtp * n + extras                         # bias_vl of every layer, the DSpark blocks
+    drafter = mtp > 0 and t.get("dspark_block_size", 0) > 0
+    unread = L + (mtp if drafter else mtp * n + extras)   # bias_vl of every layer and stage; a drafter loads the rest
 
     for dt, (cnt, byt) in m.items():
         print(dt, cnt, byt)

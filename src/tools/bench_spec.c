@@ -1,0 +1,111 @@
+/* bench_spec.c - what speculative decoding costs and gains on this machine (bench --draft N).
+ *
+ * Three things, after the same 16-token prompt: one-token decode steps (the greedy continuation,
+ * which the other runs reuse), verifies of draft+1 rows whose drafts are that continuation (so
+ * every draft is accepted: the upper bound of a perfect drafter), and the model's own drafter
+ * proposing and the verify judging. Each is timed as the mean over its rounds, best of two
+ * runs, so a moment of another tenant on a shared host does not decide a figure. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_spec.h"
+#include "machine.h"
+
+static int32_t argmax(const float *v, int32_t n) {
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (v[i] > v[b]) b = i;
+    return b;
+}
+
+/* a session after the prompt, its first pick in *first */
+static dsv41_session *start(const dsv41_model *m, const int32_t *prompt, int32_t n, float *logits, int32_t *first) {
+    dsv41_session *s = dsv41_session_new(m);
+    if (s && dsv41_session_forward(s, prompt, n, logits, NULL)) {
+        dsv41_session_free(s);
+        return NULL;
+    }
+    *first = argmax(logits, m->cfg.vocab_size);
+    return s;
+}
+
+/* One run of each kind into r (keeping the faster figures); seq [rounds*(draft+1)+1]. */
+static int bench_run(const dsv41_model *m, int32_t draft, const int32_t *prompt, int32_t np, int32_t rounds, int32_t *seq,
+                     float *logits, spec_timing *r) {
+    int32_t V = m->cfg.vocab_size, n = draft + 1, len = rounds * n + 1, ids[72], d[72];
+    dsv41_session *s = start(m, prompt, np, logits, &seq[0]);
+    if (!s) return -1;
+    double t0 = machine_now_s();
+    for (int32_t i = 1; i < len; i++) {
+        if (dsv41_session_forward(s, &seq[i - 1], 1, logits, NULL)) { dsv41_session_free(s); return -1; }
+        seq[i] = argmax(logits, V);
+    }
+    r->row_s = fmin(r->row_s, (machine_now_s() - t0) / (len - 1));
+    dsv41_session_free(s);
+
+    int32_t first;
+    if (!(s = start(m, prompt, np, logits, &first))) return -1;
+    double tv = 0, td = 0;
+    for (int32_t k = 0; k < rounds; k++) {
+        memcpy(ids, seq + k * n, (size_t)n * sizeof *ids);
+        double t1 = machine_now_s();
+        if (m->draft && dsv41_session_draft(s, ids[0], draft < m->cfg.dspark_block_size ? draft : m->cfg.dspark_block_size, d,
+                                            NULL, NULL)) {
+            dsv41_session_free(s);
+            return -1;
+        }
+        double t2 = machine_now_s();
+        int32_t kept = dsv41_session_verify(s, ids, n);
+        tv += machine_now_s() - t2;
+        td += t2 - t1;
+        if (kept != draft) {
+            dsv41_session_free(s);
+            return kept < 0 ? -1 : set_error("bench: %d of %d forced drafts kept (the verify differs from decoding)", kept, draft);
+        }
+    }
+    r->verify_s = fmin(r->verify_s, tv / rounds);
+    r->draft_s = fmin(r->draft_s, td / rounds);
+    dsv41_session_free(s);
+
+    if (!m->draft) return 0;
+    if (!(s = start(m, prompt, np, logits, &ids[0]))) return -1;
+    int32_t made = 0, tried = 0, kept = 0;
+    t0 = machine_now_s();
+    while (made < len - 1) { /* the first block waits for one decoded token, as the release's does */
+        int32_t k = draft < m->cfg.dspark_block_size ? draft : m->cfg.dspark_block_size;
+        if (dsv41_session_draft(s, ids[0], k, ids + 1, NULL, NULL)) k = 0;
+        int32_t got = k ? dsv41_session_verify(s, ids, k + 1) : dsv41_session_forward(s, ids, 1, NULL, NULL);
+        if (got < 0) { dsv41_session_free(s); return -1; }
+        tried += k;
+        kept += k ? got : 0;
+        made += (k ? got : 0) + 1;
+        ids[0] = argmax(dsv41_session_logits(s), V);
+    }
+    double dt = machine_now_s() - t0;
+    r->own_tok_s = fmax(r->own_tok_s, made / dt);
+    r->own_accept = tried ? (double)kept / tried : 0.0;
+    dsv41_session_free(s);
+    return 0;
+}
+
+int bench_speculative(const dsv41_model *m, int32_t draft, spec_timing *r) {
+    const config *c = &m->cfg;
+    int32_t np = 16, n = draft + 1, rounds = (c->max_seq_len - np - 2) / n;
+    if (rounds > 8) rounds = 8;
+    if (draft < 1 || draft > 64 || n > c->window_size || rounds < 1)
+        return set_error("bench: --draft %d does not fit this model (window %d, context %d)", draft, c->window_size, c->max_seq_len);
+    *r = (spec_timing){1e30, 1e30, 1e30, 0, 0};
+    int32_t *prompt = malloc((size_t)np * sizeof *prompt), *seq = malloc((size_t)(rounds * n + 1) * sizeof *seq);
+    float *logits = malloc((size_t)c->vocab_size * sizeof *logits);
+    int rc = prompt && seq && logits ? 0 : set_error("bench: out of memory");
+    for (int32_t i = 0; i < np; i++) prompt[i] = (int32_t)((i * 7919 + 3) % c->vocab_size);
+    for (int run = 0; rc == 0 && run < 2; run++) {
+        rc = bench_run(m, draft, prompt, np, rounds, seq, logits, r);
+        progress_report("bench: speculative runs", run + 1, 2);
+    }
+    free(prompt);
+    free(seq);
+    free(logits);
+    return rc;
+}

@@ -1,0 +1,15 @@
+/* bench_spec.h - the speculative decoding figures of bench --draft (bench_spec.c). */
+#ifndef DSV41_BENCH_SPEC_H
+#define DSV41_BENCH_SPEC_H
+
+#include "model.h"
+
+typedef struct {
+    double row_s, verify_s, draft_s; /* seconds: one decode step, one verify of draft+1 rows, one draft */
+    double own_tok_s, own_accept;    /* the model's own drafter: tokens per second, share of drafts kept */
+} spec_timing;
+
+/* Measures r for blocks of `draft` drafts at the threads set now; 0, or -1 with the error. */
+int bench_speculative(const dsv41_model *m, int32_t draft, spec_timing *r);
+
+#endif
