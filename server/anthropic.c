@@ -335,6 +335,9 @@ int anthropic_stream(server *sv, gen *g, jbuf *out) {
         put_usage(&m, j);
         jb_puts(&m, "}");
         event(g, out, "message_start", m.p ? m.p : "");
+        /* a ping at once, before the prompt's prefill: a client sees the stream is alive however
+         * long the prefill takes, and then one every PING_S while nothing else is sent */
+        event(g, out, "ping", "");
         jb_free(&m);
         g->sent_head = 1;
         g->open = -1;
