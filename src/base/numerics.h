@@ -51,6 +51,15 @@ static inline float sum16(float p[16]) {
 }
 
 /* ---- bf16: round to nearest even on the f32 bit pattern, NaN passes through (torch's cast) */
+/* The index of the first largest of v [n]: greedy decoding's pick, the ties to the lowest id as
+ * torch's argmax breaks them. */
+static inline int32_t argmax_f32(const float *v, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (v[i] > v[best]) best = i;
+    return (int32_t)best;
+}
+
 static inline uint32_t f32_bits(float x) { union { float f; uint32_t u; } v = {x}; return v.u; }
 static inline float bits_f32(uint32_t u) { union { uint32_t u; float f; } v = {u}; return v.f; }
 static inline uint16_t f32_to_bf16(float x) {

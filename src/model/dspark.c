@@ -187,12 +187,8 @@ int dsv41_session_draft(dsv41_session *s, int32_t anchor, int32_t n, int32_t *id
         memcpy(cat + (int64_t)t * (dim + rank), z + (int64_t)t * dim, (size_t)dim * sizeof *z);
         for (int32_t r = 0; r < rank; r++) e[r] = weight_get(&dw->markov_embed, prev, r);
         linear(&dw->markov_head, e, 1, bias);
-        int32_t best = 0;
-        for (int64_t v = 0; v < V; v++) {
-            row[v] += bias[v];
-            if (row[v] > row[best]) best = (int32_t)v;
-        }
-        ids[t] = prev = best;
+        for (int64_t v = 0; v < V; v++) row[v] += bias[v];
+        ids[t] = prev = argmax_f32(row, V);
     }
     linear(&dw->confidence, cat, n, conf);
     if (logits) memcpy(logits, lg, (size_t)(n * V) * sizeof *lg);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "dspark.h"
+#include "numerics.h"
 #include "spec.h"
 
 /* Whether every row's indexer finds, in the keys it reads, every entry it may see: a key cache
@@ -91,13 +92,6 @@ static void rollback(dsv41_session *s, const spec_journal *j, int32_t keep) {
     s->pos = at;
 }
 
-static int32_t argmax(const float *v, int64_t n) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (v[i] > v[best]) best = i;
-    return (int32_t)best;
-}
-
 int32_t dsv41_session_verify(dsv41_session *s, const int32_t *ids, int32_t n) {
     const config *c = &s->m->cfg;
     int64_t V = c->vocab_size;
@@ -119,7 +113,7 @@ int32_t dsv41_session_verify(dsv41_session *s, const int32_t *ids, int32_t n) {
     int rc = logits ? forward_verify(s, ids, n, logits) : set_error("out of memory verifying drafts");
     int32_t m = 0;
     if (rc == 0) {
-        while (m + 1 < n && argmax(logits + m * V, V) == ids[m + 1]) m++;
+        while (m + 1 < n && argmax_f32(logits + m * V, V) == ids[m + 1]) m++;
         if (m + 1 < n) rollback(s, &j, m + 1);
         memcpy(s->logits, logits + m * V, (size_t)V * sizeof *logits);
         s->has_logits = 1;
@@ -142,6 +136,6 @@ int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draf
         m = 0;
     }
     memcpy(out, ids + 1, (size_t)m * sizeof *out);
-    out[m] = argmax(s->logits, c->vocab_size);
+    out[m] = argmax_f32(s->logits, c->vocab_size);
     return m + 1;
 }

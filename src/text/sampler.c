@@ -193,12 +193,8 @@ static void weigh(const float *l, float top, float t, float *w) {
 }
 
 int32_t dsv41_sample(dsv41_sampler *s, const float *logits) {
-    int32_t V = s->vocab, best = 0;
-    if (s->p.temperature == 0.0f) {
-        for (int32_t i = 1; i < V; i++)
-            if (logits[i] > logits[best]) best = i;
-        return best;
-    }
+    int32_t V = s->vocab;
+    if (s->p.temperature == 0.0f) return argmax_f32(logits, V);
     /* the range of the logits in four independent lanes (a max is exact in any order) */
     float top4[4] = {logits[0], logits[0], logits[0], logits[0]}, low4[4] = {logits[0], logits[0], logits[0], logits[0]};
     for (int32_t i = 0; i < V; i += 4)
@@ -234,7 +230,7 @@ int32_t dsv41_sample(dsv41_sampler *s, const float *logits) {
         weigh(l, top, t, w);
         memcpy(s->w + full, w, (size_t)(V - full) * sizeof *w);
     }
-    best = -1;
+    int32_t best = -1;
     for (int32_t i = 0; i < V; i++) {
         cand me = {logits[i], i, 0.0f};
         if (best < 0 && logits[i] == top) best = i;

@@ -11,13 +11,7 @@
 
 #include "bench_spec.h"
 #include "machine.h"
-
-static int32_t argmax(const float *v, int32_t n) {
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (v[i] > v[b]) b = i;
-    return b;
-}
+#include "numerics.h"
 
 /* a session after the prompt, its first pick in *first */
 static dsv41_session *start(const dsv41_model *m, const int32_t *prompt, int32_t n, float *logits, int32_t *first) {
@@ -26,7 +20,7 @@ static dsv41_session *start(const dsv41_model *m, const int32_t *prompt, int32_t
         dsv41_session_free(s);
         return NULL;
     }
-    *first = argmax(logits, m->cfg.vocab_size);
+    *first = argmax_f32(logits, m->cfg.vocab_size);
     return s;
 }
 
@@ -39,7 +33,7 @@ static int bench_run(const dsv41_model *m, int32_t draft, const int32_t *prompt,
     double t0 = machine_now_s();
     for (int32_t i = 1; i < len; i++) {
         if (dsv41_session_forward(s, &seq[i - 1], 1, logits, NULL)) { dsv41_session_free(s); return -1; }
-        seq[i] = argmax(logits, V);
+        seq[i] = argmax_f32(logits, V);
     }
     r->row_s = fmin(r->row_s, (machine_now_s() - t0) / (len - 1));
     dsv41_session_free(s);
@@ -80,7 +74,7 @@ static int bench_run(const dsv41_model *m, int32_t draft, const int32_t *prompt,
         tried += k;
         kept += k ? got : 0;
         made += (k ? got : 0) + 1;
-        ids[0] = argmax(dsv41_session_logits(s), V);
+        ids[0] = argmax_f32(dsv41_session_logits(s), V);
     }
     double dt = machine_now_s() - t0;
     r->own_tok_s = fmax(r->own_tok_s, made / dt);
