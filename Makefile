@@ -112,6 +112,13 @@ dsv41-mpi: mpi/main.c $(CLI_SRC:cli/%.c=$(BUILD)/mpi_cli_%.o) $(SERVER_OBJ) $(SE
 $(BUILD)/test_%: tests/test_%.c tests/testing.h $(BUILD)/libdsv41_internal.a
 	$(CC) $(CFLAGS) $(LIB_INC) $< $(BUILD)/libdsv41_internal.a $(LDLIBS) -o $@
 
+# every allocation of the library fails in turn: the allocator's entry points wrapped at link time
+# for this one program (tests/test_oom.c), never a flag of the library
+OOM_WRAP = -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc,--wrap=strdup
+
+$(BUILD)/test_oom: tests/test_oom.c tests/testing.h $(BUILD)/libdsv41_internal.a
+	$(CC) $(CFLAGS) $(LIB_INC) $< $(BUILD)/libdsv41_internal.a $(LDLIBS) $(OOM_WRAP) -o $@
+
 # the server's reply shapes on replies the test writes (no model, no socket): its API sources
 SERVER_API_SRC = server/api.c server/anthropic.c server/responses.c server/jbuf.c server/job.c server/sched.c
 

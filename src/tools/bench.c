@@ -373,10 +373,11 @@ static void print_kernels(const kernel_timing *kt, int n, double peak, int json,
 static timing time_prefill(const dsv41_model *m, int32_t n) {
     int32_t V = m->cfg.vocab_size, *ids = malloc((size_t)n * sizeof *ids);
     float *logits = malloc((size_t)V * sizeof *logits);
-    for (int32_t i = 0; i < n; i++) ids[i] = (int32_t)((i * 7919 + 3) % V);
     timing r = {0, 0};
-    for (int run = 0; run < 3; run++) {
+    for (int32_t i = 0; ids && i < n; i++) ids[i] = (int32_t)((i * 7919 + 3) % V);
+    for (int run = 0; ids && logits && run < 3; run++) { /* out of memory: no figure (0) */
         dsv41_session *s = dsv41_session_new(m);
+        if (!s) break;
         uint64_t macs0 = linear_macs();
         double t0 = machine_now_s();
         dsv41_session_forward(s, ids, n, logits, NULL);
