@@ -240,7 +240,7 @@ build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h build/fuzz/libdsv41.a
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(LIB_INC) -fsanitize=fuzzer $< build/fuzz/libdsv41.a $(LDLIBS) -o $@
 
 # the server's API layer and its jobs take requests and replies without HTTP or a scheduler
-FUZZ_API_SRC = server/api.c server/jbuf.c server/job.c
+FUZZ_API_SRC = server/api.c server/anthropic.c server/responses.c server/jbuf.c server/job.c
 
 build/fuzz/fuzz_api: tests/fuzz/fuzz_api.c tests/fuzz/fuzz.h $(FUZZ_API_SRC) $(wildcard server/*.h) build/fuzz/libdsv41.a
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -iquote server -fsanitize=fuzzer $< $(FUZZ_API_SRC) build/fuzz/libdsv41.a $(LDLIBS) -o $@
