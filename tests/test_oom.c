@@ -26,10 +26,14 @@
 #include "scratch.h"
 #include "testing.h"
 
+/* A sanitizer ends the program on an allocation larger than it serves; the library must see NULL */
 #ifdef TEST_ASAN
-/* ASan ends the program on an allocation larger than it serves; the library must see NULL */
 const char *__asan_default_options(void);
 const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
+#endif
+#ifdef TEST_TSAN
+const char *__tsan_default_options(void);
+const char *__tsan_default_options(void) { return "allocator_may_return_null=1"; }
 #endif
 
 /* ---- the allocator, wrapped */
