@@ -112,6 +112,13 @@ dsv41-mpi: mpi/main.c $(CLI_SRC:cli/%.c=$(BUILD)/mpi_cli_%.o) $(SERVER_OBJ) $(SE
 $(BUILD)/test_%: tests/test_%.c tests/testing.h $(BUILD)/libdsv41_internal.a
 	$(CC) $(CFLAGS) $(LIB_INC) $< $(BUILD)/libdsv41_internal.a $(LDLIBS) -o $@
 
+# every allocation of the library fails in turn: the allocator's entry points wrapped at link time
+# for this one program (tests/test_oom.c), never a flag of the library
+OOM_WRAP = -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc,--wrap=strdup
+
+$(BUILD)/test_oom: tests/test_oom.c tests/testing.h $(BUILD)/libdsv41_internal.a
+	$(CC) $(CFLAGS) $(LIB_INC) $< $(BUILD)/libdsv41_internal.a $(LDLIBS) $(OOM_WRAP) -o $@
+
 # the server's reply shapes on replies the test writes (no model, no socket): its API sources
 SERVER_API_SRC = server/api.c server/anthropic.c server/responses.c server/jbuf.c server/job.c server/sched.c
 
@@ -233,7 +240,7 @@ build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h build/fuzz/libdsv41.a
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(LIB_INC) -fsanitize=fuzzer $< build/fuzz/libdsv41.a $(LDLIBS) -o $@
 
 # the server's API layer and its jobs take requests and replies without HTTP or a scheduler
-FUZZ_API_SRC = server/api.c server/jbuf.c server/job.c
+FUZZ_API_SRC = server/api.c server/anthropic.c server/responses.c server/jbuf.c server/job.c
 
 build/fuzz/fuzz_api: tests/fuzz/fuzz_api.c tests/fuzz/fuzz.h $(FUZZ_API_SRC) $(wildcard server/*.h) build/fuzz/libdsv41.a
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -iquote server -fsanitize=fuzzer $< $(FUZZ_API_SRC) build/fuzz/libdsv41.a $(LDLIBS) -o $@

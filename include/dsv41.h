@@ -8,6 +8,16 @@
  * then one token per decode call. Every function that can fail returns NULL or a negative
  * value and leaves a one-line message in dsv41_error().
  *
+ * Memory. An allocation that fails anywhere in the library is such a failure, never an abort:
+ * dsv41_error() says "out of memory: N bytes for ..." (or names what could not be grown). A
+ * call that fails so before it changes anything (growing a session's caches, a verify's
+ * journal) leaves its sessions as they were. One that runs out of memory while it computes (a
+ * forward, forward_all or batch, a draft, verify or speculate) may have half written the
+ * caches, so it empties every session it ran: position 0, no logits, as dsv41_session_reset
+ * leaves it (the way a cancelled prefill does); feed it again to go on. A trace passed to a
+ * failed call holds what was recorded before the failure. On a model split over ranks the
+ * job ends instead, through the transport's fail (the other ranks are inside the call).
+ *
  * Threads. Loaded models, tokenizers and goldens are read-only: any number of threads may use
  * one at once. A session, sampler, trace or UTF-8 stream belongs to one thread at a time; two
  * threads may run forward calls on two sessions of one model at the same time and each gets

@@ -9,6 +9,7 @@
  * prompt equal to one the slot took before restores that prompt's snapshot (state and logits)
  * instead of replaying anything: it gets exactly the reply it got then. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,7 @@ typedef struct {
     float *logits;          /* [vocab] logits of the last fed token */
     dsv41_utf8_stream utf8; /* the job's characters split across tokens */
     int32_t next;           /* the sampled token this step feeds */
+    _Atomic int32_t prefill_layers; /* layers a long prefill running alone has done, -1: none (for /slots) */
 } slot;
 
 struct sched {
@@ -325,12 +327,14 @@ static void batch_step(sched *s, int32_t count, int32_t cold, int32_t cold_n, in
  * cancel: a request that gives up during a long prompt frees its slot within a layer. */
 enum { PREFILL_JOIN = 64 };
 
-/* After each layer of a prefill running alone: a job given up stops the call. Looking at the
+/* After each layer of a prefill running alone: the layers done go to /slots, and a job given up
+ * stops the call. Looking at the
  * job's flag from inside the call, rather than asking the session to stop from the request's
  * thread, loses no request: the library drops one made just before a call begins. */
 static void stop_if_given_up(void *ctx, int32_t done, int32_t total) {
-    (void)done, (void)total;
-    const slot *sl = ctx;
+    (void)total;
+    slot *sl = ctx;
+    atomic_store(&sl->prefill_layers, done);
     if (atomic_load(&sl->job->cancel)) dsv41_session_cancel(sl->session);
 }
 
@@ -341,9 +345,11 @@ static void prefill_alone(sched *s, slot *sl) {
     job *j = sl->job;
     if (atomic_load(&j->cancel)) return;
     double t0 = now_s();
+    atomic_store(&sl->prefill_layers, 0);
     dsv41_session_set_progress(sl->session, stop_if_given_up, sl);
     int rc = dsv41_session_forward(sl->session, j->prompt, j->n_prompt, sl->logits, NULL);
     dsv41_session_set_progress(sl->session, NULL, NULL);
+    atomic_store(&sl->prefill_layers, -1);
     double dt = now_s() - t0;
     const char *err = rc ? dsv41_error() : NULL;
     if (err) dsv41_session_reset(sl->session); /* stopped or failed: nothing is cached */
@@ -472,9 +478,11 @@ sched *sched_start(dsv41_model *m, const dsv41_tokenizer *tk, int32_t n_slots, i
     int ok = (s->slots = calloc(n, sizeof *s->slots)) && (s->b_sess = calloc(n, sizeof *s->b_sess)) &&
              (s->b_ids = calloc(n, sizeof *s->b_ids)) && (s->b_n = calloc(n, sizeof *s->b_n)) &&
              (s->b_logits = calloc(n, sizeof *s->b_logits)) && (s->b_slot = calloc(n, sizeof *s->b_slot));
-    for (int32_t i = 0; ok && i < n_slots; i++)
+    for (int32_t i = 0; ok && i < n_slots; i++) {
+        atomic_init(&s->slots[i].prefill_layers, -1);
         ok = (s->slots[i].logits = malloc((size_t)s->vocab * sizeof(float))) &&
              (s->slots[i].snaps = calloc((size_t)(n_snaps ? n_snaps : 1), sizeof *s->slots[i].snaps));
+    }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     int rc = ok ? pthread_create(&s->thread, NULL, run, s) : ENOMEM;
@@ -554,8 +562,11 @@ void sched_slots_json(sched *s, jbuf *out) {
     jb_puts(out, "[");
     for (int32_t i = 0; i < s->n_slots; i++) {
         const slot *sl = &s->slots[i];
-        jb_printf(out, "%s{\"id\":%d,\"busy\":%s,\"n_tokens\":%d}", i ? "," : "", i, sl->job || sl->held ? "true" : "false",
+        jb_printf(out, "%s{\"id\":%d,\"busy\":%s,\"n_tokens\":%d", i ? "," : "", i, sl->job || sl->held ? "true" : "false",
                   sl->n_tokens);
+        int32_t layers = atomic_load(&sl->prefill_layers);
+        if (layers >= 0) jb_printf(out, ",\"prefill_layers_done\":%d", layers);
+        jb_puts(out, "}");
     }
     jb_puts(out, "]");
     sched_unlock(s);

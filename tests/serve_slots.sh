@@ -224,18 +224,23 @@ start plain || { finish; exit 1; }
 expect_err "slot files off" 501 POST /slots/0?action=save '{"filename":"x.slot"}'
 
 # a request that gives up during a long cold prefill: the prefill stops between layers, and the
-# slot is free again holding nothing (run to its end, it would have kept the 4000 tokens)
+# slot is free again holding nothing (run to its end, it would have kept the 4000 tokens). The
+# client leaves as soon as /slots shows the prefill under way (prefill_layers_done), with all or
+# nearly all of its 6 layers to run, each of which takes far longer than the server takes to see
+# a client gone (it looks every 20 ms): no sleep decides the outcome.
 busy0() { req GET /slots; field "$tmp/resp" 'r[0]["busy"]'; }
+layers0() { curl -s "http://127.0.0.1:$port/slots" | sed -n 's/^\[{"id":0,[^}]*"prefill_layers_done":\([0-9]*\)}.*/\1/p'; }
 long=$(python3 -c 'print([(i * 7919 + 3) % 129000 for i in range(4000)])')
 curl -sN -o /dev/null "http://127.0.0.1:$port/v1/completions" \
     --data-binary "{\"prompt\":$long,\"max_tokens\":4,\"id_slot\":0,\"stream\":true}" &
 cpid=$!
-for _ in $(seq 100); do [ "$(busy0)" = True ] && break; sleep 0.05; done
-sleep 0.3 # the prefill is under way
+done0=
+for _ in $(seq 1000); do done0=$(layers0); [ -n "$done0" ] && break; sleep 0.01; done
 kill $cpid 2>/dev/null
 wait $cpid 2>/dev/null
+[ -n "$done0" ] && [ "$done0" -le 2 ] && ok || bad "the long prefill shows in /slots from its start (layers done when seen: '$done0')"
 for _ in $(seq 200); do [ "$(busy0)" = False ] && break; sleep 0.05; done
-[ "$(field "$tmp/resp" 'r[0]["busy"], r[0]["n_tokens"]')" = "(False, 0)" ] && ok ||
+[ "$(field "$tmp/resp" 'r[0]["busy"], r[0]["n_tokens"], "prefill_layers_done" in r[0]')" = "(False, 0, False)" ] && ok ||
     bad "a request that gave up during its prefill: $(cat "$tmp/resp")"
 stop
 expect_error "serve: a slot folder that cannot be made" $dsv41 serve -m "$m" --port 0 --slot-save-path /proc/none/slots

@@ -137,9 +137,20 @@ typedef struct {
     char msg[240];         /* why the load failed */
 } vote;
 
-/* Every rank says whether it loaded m and what; on any failure or disagreement every rank
- * drops its model and the leader's error names the first rank at fault. */
-static dsv41_model *agree(dsv41_model *m, int32_t id) {
+/* Runs fn(ctx), a step of collectives over scratch memory, under scratch_run: a rank out of
+ * memory inside one ends the job, since the other ranks are inside the same collective. */
+static void run_or_end(void (*fn)(void *ctx), void *ctx) {
+    if (scratch_run(fn, ctx)) fatal("rank %d: %s", collective_net.rank, dsv41_error());
+}
+
+typedef struct {
+    dsv41_model *m;             /* this rank's load, or NULL */
+    int bad;                    /* -1: some rank failed or disagrees, or the vote could not be held */
+} ballot;
+
+static void vote_on(void *ctx) {
+    ballot *b = ctx;
+    dsv41_model *m = b->m;
     scratch_mark mark = scratch_begin();
     vote *v = scratch_bytes((size_t)collective_net.n_ranks * sizeof *v);
     int64_t *counts = scratch_i64(collective_net.n_ranks);
@@ -161,7 +172,15 @@ static dsv41_model *agree(dsv41_model *m, int32_t id) {
                             r, v[r].kernels, v[0].kernels);
     }
     scratch_end(mark);
-    if (bad) {
+    b->bad = bad;
+}
+
+/* Every rank says whether it loaded m and what; on any failure or disagreement every rank
+ * drops its model and the leader's error names the first rank at fault. */
+static dsv41_model *agree(dsv41_model *m, int32_t id) {
+    ballot b = {m, -1}; /* stays bad if the vote itself fails (a transport whose fail returns) */
+    run_or_end(vote_on, &b);
+    if (b.bad) {
         dsv41_model_free(m);
         return NULL;
     }
@@ -238,20 +257,32 @@ void dsv41_dist_end(int32_t status) {
 }
 
 /* ---- the benchmark's per-rank figures */
-static void report(const dsv41_model *m, int32_t measure, rank_report *all) {
+typedef struct {
+    const dsv41_model *m;
+    int32_t measure;
+    rank_report *all;           /* [n_ranks] */
+} report_call;
+
+static void report_run(void *ctx) {
+    const report_call *c = ctx;
+    rank_report *all = c->all;
     scratch_mark mark = scratch_begin();
     int64_t *counts = scratch_i64(collective_net.n_ranks);
     memset(all, 0, (size_t)collective_net.n_ranks * sizeof *all);
     rank_report *me = &all[collective_net.rank];
     me->sent = (double)collective_sent();
-    if (measure) {
+    if (c->measure) {
         me->triad_gbps = machine_triad_gbps();
         me->peak_rss = machine_peak_rss();
-        me->decode_bytes = part_decode_bytes(m);
+        me->decode_bytes = part_decode_bytes(c->m);
     }
     for (int32_t r = 0; r < collective_net.n_ranks; r++) counts[r] = sizeof *all;
     collective_gather(all, counts);
     scratch_end(mark);
+}
+
+static void report(const dsv41_model *m, int32_t measure, rank_report *all) {
+    run_or_end(report_run, &(report_call){m, measure, all});
 }
 
 void dist_report(const dsv41_model *m, int32_t measure, rank_report *all) {

@@ -371,7 +371,7 @@ static attn_job attend_verify(dsv41_session *s, int32_t l, const attn_rows *p, i
                 if (cs >= 0 && cs < l) { /* row t's candidate blocks, as its own step's source layer left them */
                     int32_t kb = cand_blocks(c, jn->cand_width[t]);
                     if (buffer_grow((void **)&sh->cand, &sh->cand_cap, (size_t)jn->cand_cap * sizeof *sh->cand))
-                        abort(); /* as the scratch arena does */
+                        scratch_oom((size_t)jn->cand_cap * sizeof *sh->cand, "the candidate blocks");
                     memcpy(sh->cand, jn->cand + t * jn->cand_cap, (size_t)kb * sizeof *sh->cand);
                     sh->cand_rows = 1;
                     sh->cand_width = jn->cand_width[t];
@@ -392,7 +392,8 @@ static attn_job attend_verify(dsv41_session *s, int32_t l, const attn_rows *p, i
         }
         s->pos = pos;
         if (c->is_index_source[l]) { /* every row's top-k, for the layers after this one */
-            if (buffer_grow((void **)&sh->topk, &sh->topk_cap, (size_t)(T * kmax) * sizeof *sh->topk)) abort();
+            if (buffer_grow((void **)&sh->topk, &sh->topk_cap, (size_t)(T * kmax) * sizeof *sh->topk))
+                scratch_oom((size_t)(T * kmax) * sizeof *sh->topk, "the top-k rows");
             memcpy(sh->topk, topk, (size_t)(T * kmax) * sizeof *topk);
             sh->topk_rows = (int32_t)T;
             sh->topk_width = kmax;

@@ -148,20 +148,24 @@ static void stage_forward(const dsv41_model *m, const layer_weights *L, const fl
 
 int32_t dsv41_model_draft_size(const dsv41_model *m) { return m->draft ? m->cfg.dspark_block_size : 0; }
 
-int dsv41_session_draft(dsv41_session *s, int32_t anchor, int32_t n, int32_t *ids, float *logits, float *confidence) {
+/* A draft's arguments, for session_run */
+typedef struct {
+    dsv41_session *s;
+    int32_t anchor, n;
+    int32_t *ids;               /* [n] */
+    float *logits, *confidence; /* [n][vocab], [n] or NULL */
+} draft_call;
+
+static void run_draft(void *p) {
+    const draft_call *a = p;
+    dsv41_session *s = a->s;
     const dsv41_model *m = s->m;
     const config *c = &m->cfg;
     const dspark_weights *dw = m->draft;
     dspark_state *d = s->draft;
     int32_t B = c->dspark_block_size, S = s->pos - 1, hc = c->hc_mult, dim = c->dim, rank = c->dspark_markov_rank;
+    int32_t anchor = a->anchor, n = a->n, *ids = a->ids;
     int64_t V = c->vocab_size;
-    if (!dw || !d) return set_error("draft: the model has no DSpark drafter");
-    if (m->part.n_ranks > 1) return set_error("draft: not supported on a model split over ranks");
-    if (S < 1 || d->hi != s->pos) return set_error("draft: needs a session that decoded a token after its prefill");
-    if ((int64_t)S + B >= c->max_seq_len)
-        return set_error("draft: a block after position %d passes the context of %d tokens", S, c->max_seq_len);
-    if (anchor < 0 || anchor >= V) return set_error("draft: token id %d is outside the vocabulary [0, %lld)", anchor, (long long)V);
-    if (n < 1 || n > B) return set_error("draft: %d drafts (1 to the block's %d)", n, B);
     dspark_flush(m, d);
     scratch_mark mark = scratch_begin();
     float *h = scratch_f32((int64_t)B * hc * dim), *pre_mix = scratch_f32(B * hc), *z = scratch_f32((int64_t)B * dim);
@@ -191,8 +195,24 @@ int dsv41_session_draft(dsv41_session *s, int32_t anchor, int32_t n, int32_t *id
         ids[t] = prev = argmax_f32(row, V);
     }
     linear(&dw->confidence, cat, n, conf);
-    if (logits) memcpy(logits, lg, (size_t)(n * V) * sizeof *lg);
-    if (confidence) memcpy(confidence, conf, (size_t)n * sizeof *conf);
+    if (a->logits) memcpy(a->logits, lg, (size_t)(n * V) * sizeof *lg);
+    if (a->confidence) memcpy(a->confidence, conf, (size_t)n * sizeof *conf);
     scratch_end(mark);
-    return 0;
+}
+
+int dsv41_session_draft(dsv41_session *s, int32_t anchor, int32_t n, int32_t *ids, float *logits, float *confidence) {
+    const dsv41_model *m = s->m;
+    const config *c = &m->cfg;
+    const dspark_weights *dw = m->draft;
+    dspark_state *d = s->draft;
+    int32_t B = c->dspark_block_size, S = s->pos - 1;
+    int64_t V = c->vocab_size;
+    if (!dw || !d) return set_error("draft: the model has no DSpark drafter");
+    if (m->part.n_ranks > 1) return set_error("draft: not supported on a model split over ranks");
+    if (S < 1 || d->hi != s->pos) return set_error("draft: needs a session that decoded a token after its prefill");
+    if ((int64_t)S + B >= c->max_seq_len)
+        return set_error("draft: a block after position %d passes the context of %d tokens", S, c->max_seq_len);
+    if (anchor < 0 || anchor >= V) return set_error("draft: token id %d is outside the vocabulary [0, %lld)", anchor, (long long)V);
+    if (n < 1 || n > B) return set_error("draft: %d drafts (1 to the block's %d)", n, B);
+    return session_run(&s, 1, run_draft, &(draft_call){s, anchor, n, ids, logits, confidence});
 }

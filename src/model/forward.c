@@ -265,27 +265,47 @@ static int check_logits(const float *logits, int64_t n) {
     return 0;
 }
 
+/* One public forward's arguments and its result, for session_run */
+typedef struct {
+    dsv41_session *s;
+    const int32_t *ids;         /* [n] */
+    int32_t n;
+    float *logits;              /* as forward() takes them */
+    int all;
+    dsv41_trace *tr;
+    int rc;                     /* 0, or -1 when cancelled */
+} steps;
+
 /* After the prefill the reference only defines one-token calls (its window ring, compressor
  * tail and stale index keys all follow decode semantics), so a chunk appended later is exactly
  * that sequence of calls; the trace keeps the last one's captures. */
+static void run_steps(void *p) {
+    steps *a = p;
+    dsv41_session *s = a->s;
+    int64_t V = s->m->cfg.vocab_size;
+    if (s->pos == 0 || a->n == 1) {
+        a->rc = forward_call(s, a->ids, a->n, a->logits, a->all, a->tr);
+        return;
+    }
+    for (int32_t i = 0; i < a->n; i++) {
+        if (cancelled(s)) {
+            a->rc = set_error("forward: cancelled");
+            return;
+        }
+        float *out = !a->logits ? NULL : a->all ? a->logits + i * V : i == a->n - 1 ? a->logits : NULL;
+        forward_call(s, a->ids + i, 1, out, 0, a->tr);
+    }
+}
+
 static int forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logits, int all, dsv41_trace *tr) {
     if (check_call(s, ids, n) || session_reserve(s, s->pos + n)) return -1;
     atomic_store(&s->cancel, 0); /* only a request made during this call stops it */
-    int64_t V = s->m->cfg.vocab_size;
-    int rc = 0;
+    steps a = {s, ids, n, logits, all, tr, 0};
     lead_forward_begin(s, ids, n, (logits ? FWD_LOGITS : 0) | (all ? FWD_ALL : 0) | (tr ? FWD_TRACE : 0));
-    if (s->pos == 0 || n == 1) {
-        rc = forward_call(s, ids, n, logits, all, tr);
-    } else {
-        for (int32_t i = 0; i < n; i++) {
-            if (cancelled(s)) { rc = set_error("forward: cancelled"); break; }
-            float *out = !logits ? NULL : all ? logits + i * V : i == n - 1 ? logits : NULL;
-            forward_call(s, ids + i, 1, out, 0, tr);
-        }
-    }
+    int rc = session_run(&s, 1, run_steps, &a) || a.rc;
     lead_forward_end(s);
     if (rc) return -1;
-    return check_logits(logits, all ? n * V : V);
+    return check_logits(logits, all ? n * s->m->cfg.vocab_size : s->m->cfg.vocab_size);
 }
 
 int forward_verify(dsv41_session *s, const int32_t *ids, int32_t n, float *logits) {
@@ -318,6 +338,32 @@ static int check_batch(dsv41_session *const *s, const int32_t *const *ids, const
     return 0;
 }
 
+/* A batch's arguments and its result, for session_run */
+typedef struct {
+    dsv41_session *const *s;    /* [count] */
+    const int32_t *const *ids;  /* [count][n[i]] */
+    const int32_t *n;           /* [count] */
+    int32_t count;
+    float *const *logits;       /* [count] or NULL */
+    int rc;
+} batch_call;
+
+static void run_batch(void *p) {
+    batch_call *b = p;
+    scratch_mark mark = scratch_begin();
+    batch_seq *seq = scratch_bytes((size_t)b->count * sizeof *seq);
+    float **lg = scratch_bytes((size_t)b->count * sizeof *lg);
+    int64_t T = 0;
+    for (int32_t i = 0; i < b->count; i++) {
+        seq[i] = (batch_seq){b->s[i], T, b->n[i], 0, b->n[i]};
+        lg[i] = b->logits ? b->logits[i] : NULL;
+        T += b->n[i];
+    }
+    b->rc = forward_rows(seq, b->count, T, b->ids, lg, 0, NULL);
+    for (int32_t i = 0; b->rc == 0 && i < b->count; i++) b->rc = check_logits(lg[i], b->s[0]->m->cfg.vocab_size);
+    scratch_end(mark);
+}
+
 /* One pass over the layers for all the sessions. A model split over ranks runs them one after
  * another: its ranks follow the leader's calls one session at a time. */
 int dsv41_batch_forward(dsv41_session *const *s, const int32_t *const *ids, const int32_t *n, int32_t count,
@@ -328,18 +374,8 @@ int dsv41_batch_forward(dsv41_session *const *s, const int32_t *const *ids, cons
             if (forward(s[i], ids[i], n[i], logits ? logits[i] : NULL, 0, NULL)) return -1;
         return 0;
     }
-    scratch_mark mark = scratch_begin();
-    batch_seq *seq = scratch_bytes((size_t)count * sizeof *seq);
-    float **lg = scratch_bytes((size_t)count * sizeof *lg);
-    int64_t T = 0;
-    for (int32_t i = 0; i < count; i++) {
+    for (int32_t i = 0; i < count; i++)
         atomic_store(&s[i]->cancel, 0); /* a batch is not cancelled; an earlier request is void */
-        seq[i] = (batch_seq){s[i], T, n[i], 0, n[i]};
-        lg[i] = logits ? logits[i] : NULL;
-        T += n[i];
-    }
-    int rc = forward_rows(seq, count, T, ids, lg, 0, NULL);
-    for (int32_t i = 0; rc == 0 && i < count; i++) rc = check_logits(lg[i], s[0]->m->cfg.vocab_size);
-    scratch_end(mark);
-    return rc;
+    batch_call b = {s, ids, n, count, logits, 0};
+    return session_run(s, count, run_batch, &b) || b.rc ? -1 : 0;
 }

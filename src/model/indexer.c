@@ -287,7 +287,7 @@ int32_t indexer_select(const batch_seq *sq, int32_t l, float *q, float *w, const
     int32_t kb = cand_blocks(c, width);
     if (l == c->candidate_source_layer) {
         if (buffer_grow((void **)&sh->cand, &sh->cand_cap, (size_t)(rows * kb) * sizeof *sh->cand))
-            abort(); /* as the scratch arena does */
+            scratch_oom((size_t)(rows * kb) * sizeof *sh->cand, "the candidate blocks");
         select_candidate_blocks(score, T, width, visible, c->candidate_topk_blocks, c->candidate_block_size,
                                 sh->cand + at * kb);
         sh->cand_rows = (int32_t)rows;
@@ -302,7 +302,8 @@ int32_t indexer_select(const batch_seq *sq, int32_t l, float *q, float *w, const
         }
     }
     int32_t k = c->index_topk < width ? c->index_topk : width;
-    if (buffer_grow((void **)&sh->topk, &sh->topk_cap, (size_t)(rows * k) * sizeof *sh->topk)) abort();
+    if (buffer_grow((void **)&sh->topk, &sh->topk_cap, (size_t)(rows * k) * sizeof *sh->topk))
+        scratch_oom((size_t)(rows * k) * sizeof *sh->topk, "the top-k rows");
     topk_job tj = {score, visible, sh->topk + at * k, width, k, offset};
     pool_run(T, 16, topk_range, &tj);
     sh->topk_rows = (int32_t)rows;

@@ -249,6 +249,12 @@ int forward_verify(dsv41_session *s, const int32_t *ids, int32_t n, float *logit
 /* Empties s to position 0 as a new session is. Compressed rows are zeroed up to position reach
  * only: rows past the closed groups of every position a call reached are zero already. */
 void session_clear(dsv41_session *s, int32_t reach);
+/* Runs fn(ctx), a computation on the sessions s [count], under scratch_run (scratch.h): 0, or -1 when
+ * an allocation inside it failed, and then each s[i] is emptied (session_clear to its capacity,
+ * as far as the call could have written), since the call may have left its caches half
+ * written. On a model split over ranks the job ends instead (the transport's fail): the other
+ * ranks are inside the call's collectives. */
+int session_run(dsv41_session *const *s, int32_t count, void (*fn)(void *ctx), void *ctx);
 /* The kv-source layer whose cache p points into (index_keys: its ik, else its ckv), or -1: what
  * the shared slots point to, told by layer so a copy or a file can point into its own caches. */
 int32_t slot_layer(const dsv41_session *s, const float *p, int index_keys);

@@ -11,9 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collective.h"
 #include "dspark.h"
 #include "lead.h"
 #include "model.h"
+#include "scratch.h"
 
 /* The positions a new session has room for */
 #define FIRST_CAP 4096
@@ -43,6 +45,13 @@ void session_clear(dsv41_session *s, int32_t reach) {
     s->has_logits = 0;
     s->shared.compress_kv = s->shared.index_k = NULL;
     s->shared.topk_rows = s->shared.topk_width = s->shared.cand_rows = s->shared.cand_width = 0;
+}
+
+int session_run(dsv41_session *const *s, int32_t count, void (*fn)(void *ctx), void *ctx) {
+    if (scratch_run(fn, ctx) == 0) return 0;
+    if (s[0]->m->part.n_ranks > 1) collective_net.fail(collective_net.ctx, dsv41_error());
+    for (int32_t i = 0; i < count; i++) session_clear(s[i], s[i]->cap);
+    return -1;
 }
 
 dsv41_session *dsv41_session_new(const dsv41_model *m) {

@@ -92,6 +92,21 @@ static void rollback(dsv41_session *s, const spec_journal *j, int32_t keep) {
     s->pos = at;
 }
 
+/* A verify's forward and its result, for session_run */
+typedef struct {
+    dsv41_session *s;
+    const int32_t *ids;         /* [n] */
+    int32_t n;
+    float *logits;              /* [n][vocab] */
+    int rc;
+} verify_call;
+
+static void run_verify(void *p) {
+    verify_call *v = p;
+    if (v->s->draft) dspark_flush(v->s->m, v->s->draft);
+    v->rc = forward_verify(v->s, v->ids, v->n, v->logits);
+}
+
 int32_t dsv41_session_verify(dsv41_session *s, const int32_t *ids, int32_t n) {
     const config *c = &s->m->cfg;
     int64_t V = c->vocab_size;
@@ -108,9 +123,9 @@ int32_t dsv41_session_verify(dsv41_session *s, const int32_t *ids, int32_t n) {
         journal_free(c, &j);
         return set_error("verify: %d rows at position %d would read index keys not written yet (too early)", n, s->pos);
     }
-    if (s->draft) dspark_flush(s->m, s->draft);
     float *logits = malloc((size_t)(n * V) * sizeof *logits);
-    int rc = logits ? forward_verify(s, ids, n, logits) : set_error("out of memory verifying drafts");
+    verify_call v = {s, ids, n, logits, 0};
+    int rc = !logits ? set_error("out of memory verifying drafts") : session_run(&s, 1, run_verify, &v) ? -1 : v.rc;
     int32_t m = 0;
     if (rc == 0) {
         while (m + 1 < n && argmax_f32(logits + m * V, V) == ids[m + 1]) m++;
@@ -130,7 +145,9 @@ int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draf
     if (n_draft < 0) return set_error("speculate: %d drafts", n_draft);
     if (n > c->window_size - 1) n = c->window_size - 1;
     ids[0] = anchor;
+    int32_t pos = s->pos;
     int32_t m = n > 0 && dsv41_session_draft(s, anchor, n, ids + 1, NULL, NULL) == 0 ? dsv41_session_verify(s, ids, n + 1) : -1;
+    if (m < 0 && s->pos != pos) return -1; /* a draft or verify that ran out of memory emptied s */
     if (m < 0) { /* no block here (the first step after a prefill, the end of the context): one token */
         if (dsv41_session_forward(s, &anchor, 1, s->logits, NULL)) return -1;
         m = 0;

@@ -6,8 +6,13 @@
 #include <string.h>
 
 #include "model.h"
+#include "scratch.h"
 
-dsv41_trace *dsv41_trace_new(void) { return calloc(1, sizeof(dsv41_trace)); }
+dsv41_trace *dsv41_trace_new(void) {
+    dsv41_trace *t = calloc(1, sizeof *t);
+    if (!t) set_error("out of memory: %zu bytes for a trace", sizeof *t);
+    return t;
+}
 
 void dsv41_trace_clear(dsv41_trace *t) {
     if (!t) return;
@@ -22,19 +27,27 @@ void dsv41_trace_free(dsv41_trace *t) {
     free(t);
 }
 
-/* A new capture with the formatted name; a capture of the same name is replaced. */
+/* A new capture with the formatted name; a capture of the same name is replaced. Its values
+ * are allocated before the trace changes, so a failure (scratch_oom) leaves it as it was. */
 static capture *put(dsv41_trace *tr, int32_t ndim, const int64_t *shape, int is_int, const char *fmt, va_list ap) {
     char name[64];
     vsnprintf(name, sizeof name, fmt, ap);
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    double *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    if (!v) scratch_oom((size_t)(n ? n : 1) * sizeof *v, "a trace capture");
     capture *c = (capture *)trace_find(tr, name);
     if (c) {
         free(c->v);
     } else {
         if (tr->n == tr->cap) {
             size_t cap = tr->cap ? tr->cap * 2 : 256;
-            capture *n = realloc(tr->caps, cap * sizeof *n);
-            if (!n) abort();
-            tr->caps = n;
+            capture *grown = realloc(tr->caps, cap * sizeof *grown);
+            if (!grown) {
+                free(v);
+                scratch_oom(cap * sizeof *grown, "a trace's list of captures");
+            }
+            tr->caps = grown;
             tr->cap = cap;
         }
         c = &tr->caps[tr->n++];
@@ -42,11 +55,10 @@ static capture *put(dsv41_trace *tr, int32_t ndim, const int64_t *shape, int is_
     memset(c, 0, sizeof *c);
     snprintf(c->name, sizeof c->name, "%s", name);
     c->ndim = ndim;
-    c->n = 1;
-    for (int i = 0; i < ndim; i++) { c->shape[i] = shape[i]; c->n *= shape[i]; }
+    c->n = n;
+    for (int i = 0; i < ndim; i++) c->shape[i] = shape[i];
     c->is_int = is_int;
-    c->v = malloc((size_t)(c->n ? c->n : 1) * sizeof *c->v);
-    if (!c->v) abort();
+    c->v = v;
     return c;
 }
 

@@ -13,6 +13,7 @@
 
 #include "error.h"
 #include "lead.h"
+#include "scratch.h"
 #include "pool.h"
 
 #define MAX_THREADS 256
@@ -44,8 +45,28 @@ static struct {
     pool_fn fn;                 /* the job, written by its owner before the ticket and read only */
     void *ctx;                  /* by a thread holding one of its ranges, so never while the */
     int64_t items, per;         /* owner writes the next: [0, items) in ranges of `per` */
+    int32_t failed;             /* a range of the current job ran out of memory (scratch.h) */
+    size_t fail_bytes;          /* the first such range's failure, written by the thread */
+    const char *fail_what;      /* that set `failed` and read by the owner after the job */
 } P = {.owner = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER,
        .done = PTHREAD_COND_INITIALIZER, .grow = PTHREAD_COND_INITIALIZER};
+
+typedef struct {
+    int64_t begin, end;         /* the items of one range */
+} range;
+
+static void run_range(void *r) { P.fn(P.ctx, ((range *)r)->begin, ((range *)r)->end); }
+
+/* A range that runs out of memory ends there and counts as done like any other (scratch.h): the
+ * first such failure is kept for the owner, who raises it on its own thread once the job is
+ * over and the pool is released. The failure is written before the range is counted in
+ * `finished`, whose last count the owner reads, so the owner sees it. */
+static void run_caught(int64_t b, int64_t e) {
+    if (scratch_run(run_range, &(range){b, e}) == 0) return;
+    int32_t no = 0;
+    if (__atomic_compare_exchange_n(&P.failed, &no, 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        scratch_last_oom(&P.fail_bytes, &P.fail_what);
+}
 
 /* Takes ranges of the job that ticket t was read from until none is left or the job is over. */
 static void run_ranges(uint64_t t) {
@@ -56,7 +77,7 @@ static void run_ranges(uint64_t t) {
                                          __ATOMIC_ACQUIRE))
             continue; /* t now holds the ticket's value */
         int64_t b = TICKET_NEXT(t) * P.per;
-        P.fn(P.ctx, b, b + P.per < P.items ? b + P.per : P.items);
+        run_caught(b, b + P.per < P.items ? b + P.per : P.items);
         t += 1u << RANGE_BITS;
         if (__atomic_add_fetch(&P.finished, 1, __ATOMIC_SEQ_CST) == TICKET_RANGES(t) &&
             __atomic_load_n(&P.owner_sleeps, __ATOMIC_SEQ_CST)) {
@@ -189,6 +210,7 @@ void pool_run(int64_t n, int64_t min_per_thread, pool_fn fn, void *ctx) {
     P.per = (n + ranges - 1) / ranges;
     ranges = (n + P.per - 1) / P.per; /* rounding `per` up may leave fewer */
     __atomic_store_n(&P.finished, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&P.failed, 0, __ATOMIC_RELAXED);
     uint64_t ticket = TICKET(TICKET_JOB(__atomic_load_n(&P.ticket, __ATOMIC_RELAXED)) + 1, 0, ranges);
     __atomic_store_n(&P.ticket, ticket, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&P.sleepers, __ATOMIC_SEQ_CST)) {
@@ -204,5 +226,9 @@ void pool_run(int64_t n, int64_t min_per_thread, pool_fn fn, void *ctx) {
         __atomic_store_n(&P.owner_sleeps, 0, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&P.mu);
     }
+    int32_t failed = __atomic_load_n(&P.failed, __ATOMIC_RELAXED);
+    size_t bytes = P.fail_bytes;
+    const char *what = P.fail_what;
     pthread_mutex_unlock(&P.owner);
+    if (failed) scratch_oom(bytes, what);
 }

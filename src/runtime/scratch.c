@@ -1,9 +1,11 @@
-/* scratch.c - the per-thread bump arena (see scratch.h). */
+/* scratch.c - the per-thread bump arena and the catch points of a failed allocation (see
+ * scratch.h). */
 #include "dsv41_dev.h"
+#include "error.h"
 #include "scratch.h"
 
 #include <pthread.h>
-#include <stdio.h>
+#include <setjmp.h>
 #include <stdlib.h>
 
 #define SCRATCH_BLOCKS 64
@@ -53,25 +55,60 @@ void *scratch_bytes(size_t n) {
         }
         if (!b->base || top.used == 0) { /* an empty block too small for n: replace it */
             /* at least twice the block before, so the 64 blocks never run out before memory */
-            size_t want = top.block > 0 ? 2 * blocks[top.block - 1].size : SCRATCH_MIN;
+            size_t want = top.block > 0 ? 2 * blocks[top.block - 1].size : SCRATCH_MIN, size = n > want ? n : want;
             if (!b->base && top.block == 0) { /* the thread's first block: free them all when it ends */
                 pthread_once(&owner_once, make_owner);
                 pthread_setspecific(owner, blocks);
             }
             free(b->base);
-            b->size = n > want ? n : want;
-            b->base = aligned_alloc(64, b->size);
-            if (!b->base) {
-                fprintf(stderr, "dsv41: out of memory for %zu bytes of scratch\n", n);
-                abort();
-            }
+            b->size = 0; /* as the block is, should the next line fail */
+            b->base = aligned_alloc(64, size);
+            if (!b->base) scratch_oom(size, "the scratch arena");
+            b->size = size;
             continue;
         }
-        if (top.block + 1 >= SCRATCH_BLOCKS) {
-            fprintf(stderr, "dsv41: scratch arena exhausted\n");
-            abort();
-        }
+        if (top.block + 1 >= SCRATCH_BLOCKS) scratch_oom(n, "the scratch arena (all its blocks in use)");
         top.block++;
         top.used = 0;
     }
+}
+
+/* ---- out of memory */
+typedef struct catch_point {
+    jmp_buf env;               /* where scratch_oom returns to */
+    struct catch_point *outer; /* the catch point this one is inside, or NULL */
+    scratch_mark mark;         /* the thread's scratch when it was set */
+} catch_point;
+
+static _Thread_local catch_point *innermost;      /* the thread's catch points, innermost first */
+static _Thread_local struct {
+    size_t bytes;              /* the allocation that failed last on this thread */
+    const char *what;
+} last;
+
+/* Nothing the jump returns to changes after setjmp: c is written before it and only read
+ * after, so no local needs to be volatile. */
+int scratch_run(void (*fn)(void *ctx), void *ctx) {
+    catch_point c = {.outer = innermost, .mark = scratch_begin()};
+    innermost = &c;
+    if (setjmp(c.env) == 0) {
+        fn(ctx);
+        innermost = c.outer;
+        return 0;
+    }
+    innermost = c.outer;
+    scratch_end(c.mark);
+    return set_error("out of memory: %zu bytes for %s", last.bytes, last.what);
+}
+
+_Noreturn void scratch_oom(size_t bytes, const char *what) {
+    last.bytes = bytes;
+    last.what = what;
+    if (!innermost) dsv41_assert_fail("a raise inside scratch_run", __FILE__, __LINE__); /* even under NDEBUG */
+    longjmp(innermost->env, 1);
+}
+
+void scratch_last_oom(size_t *bytes, const char **what) {
+    *bytes = last.bytes;
+    *what = last.what;
 }

@@ -18,7 +18,8 @@ typedef struct {
     size_t n, cap;
 } buf;
 
-static int put_cp(buf *b, int32_t cp) {
+/* room for 4 more bytes (a code point's UTF-8) in b */
+static int make_room(buf *b) {
     if (b->n + 4 >= b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 64;
         char *ns = realloc(b->s, cap);
@@ -26,6 +27,11 @@ static int put_cp(buf *b, int32_t cp) {
         b->s = ns;
         b->cap = cap;
     }
+    return 0;
+}
+
+static int put_cp(buf *b, int32_t cp) {
+    if (make_room(b)) return -1;
     b->n += (size_t)utf8proc_encode_char(cp, (utf8proc_uint8_t *)b->s + b->n);
     return 0;
 }
@@ -120,10 +126,10 @@ int64_t engram_token_map(const dsv41_tokenizer *t, int32_t vocab, int64_t *map) 
         for (size_t i = 0; clean && i + 2 < n; i++) clean = !(p[i] == 0xEF && p[i + 1] == 0xBF && p[i + 2] == 0xBD);
         if (!clean ? spell(p, n, &key) : normalize(p, n, &key)) { next = set_error("out of memory"); break; }
         if (clean && key.n == 0) { /* nothing left after normalizing: the text itself */
-            for (size_t i = 0; i < n; i++) {
-                if (key.n + 1 >= key.cap) { key.cap = key.cap * 2 + 64; key.s = realloc(key.s, key.cap); }
-                key.s[key.n++] = (char)p[i];
-            }
+            for (size_t i = 0; i < n && next >= 0; i++)
+                if (make_room(&key)) next = set_error("out of memory");
+                else key.s[key.n++] = (char)p[i];
+            if (next < 0) break;
         }
         size_t h = (size_t)key_hash(key.s, key.n) & (cap - 1);
         while (tab[h].key && !(tab[h].n == key.n && !memcmp(tab[h].key, key.s, key.n))) h = (h + 1) & (cap - 1);

@@ -19,6 +19,7 @@
 #include "kernels/kernels.h"
 #include "machine.h"
 #include "pool.h"
+#include "scratch.h"
 
 /* 12 independent FMA chains per thread, in the widest vectors the CPU has. The inner loops are
  * unrolled so the chains live in registers: through memory, a store-to-load round trip per FMA
@@ -204,13 +205,26 @@ static timing time_decode(const dsv41_model *m, int32_t ctx, int32_t n, int32_t 
 
 static int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 
+typedef struct {
+    const weight *w;
+    const float *x;             /* [T][w cols] */
+    int64_t T;
+    float *y;                   /* [T][w rows] */
+} matrix_call;
+
+static void run_linear(void *ctx) {
+    const matrix_call *c = ctx;
+    linear(c->w, c->x, c->T, c->y);
+}
+
 /* One linear over T rows, each call repeated so that from the second on its weights come from
- * cache: the best of 5, in seconds (0 for a matrix the model lacks). */
+ * cache: the best of 5, in seconds (0 for a matrix the model lacks, -infinity when out of memory,
+ * which makes any sum of them negative). */
 static double time_matrix(const weight *w, const float *x, int64_t T, float *y) {
     double best = 1e30;
     for (int run = 0; w->data && run < 5; run++) {
         double t0 = machine_now_s();
-        linear(w, x, T, y);
+        if (scratch_run(run_linear, &(matrix_call){w, x, T, y})) return -INFINITY;
         best = fmin(best, machine_now_s() - t0);
     }
     return w->data ? best : 0.0;
@@ -373,10 +387,11 @@ static void print_kernels(const kernel_timing *kt, int n, double peak, int json,
 static timing time_prefill(const dsv41_model *m, int32_t n) {
     int32_t V = m->cfg.vocab_size, *ids = malloc((size_t)n * sizeof *ids);
     float *logits = malloc((size_t)V * sizeof *logits);
-    for (int32_t i = 0; i < n; i++) ids[i] = (int32_t)((i * 7919 + 3) % V);
     timing r = {0, 0};
-    for (int run = 0; run < 3; run++) {
+    for (int32_t i = 0; ids && i < n; i++) ids[i] = (int32_t)((i * 7919 + 3) % V);
+    for (int run = 0; ids && logits && run < 3; run++) { /* out of memory: no figure (0) */
         dsv41_session *s = dsv41_session_new(m);
+        if (!s) break;
         uint64_t macs0 = linear_macs();
         double t0 = machine_now_s();
         dsv41_session_forward(s, ids, n, logits, NULL);

@@ -67,7 +67,8 @@ put("session", "header", bytes([1]) + b"DSV41SES" + bytes([1] + [0] * 71))
 # of sentence) the replies: reasoning, answers and DSML tool-call blocks as the model writes them.
 SEP = "\n--dsv41-fuzz-reply--\n"
 def api(name, route, body, reply=None):
-    put("api", name, chr(route) + json.dumps(body, ensure_ascii=False) + ("" if reply is None else SEP + reply))
+    text = json.dumps(body, ensure_ascii=False) + ("" if reply is None else SEP + reply)
+    put("api", name, bytes([route]) + text.encode("utf-8", "surrogatepass"))
 replies = []
 for name in ("chat_vectors.json", "chat_vectors_v4.json"):
     for i, c in enumerate(json.load(open(os.path.join(shared, "tokenizer", name), encoding="utf-8"))):
@@ -90,6 +91,33 @@ api("completion-ids", 5, {"prompt": [0, 100, 2000, 128000], "stream": True, "ret
     "cache_prompt": False, "id_slot": 1}, "\u00e9t\u00e9 \U0001F600 done")
 # two stop strings in one token, the one listed second earlier in the text: the earliest ends it
 api("completion-stops", 1 + 4 * 3, {"prompt": "x", "stop": ["bc", "ab"], "stream": True}, "xabcdefg")
+# the Messages and Responses routes (the first byte's top two bits: 64 messages, 128 responses,
+# 192 count_tokens) on the same conversations translated, and requests of their own shapes
+MSG, RESP, COUNT = 64, 128, 192
+tool = {"name": "get_weather", "description": "Weather of a city",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+call = [r for r in replies if "DSML" in r][:1] or ["Hello."]
+for i, r in enumerate(replies[:8]):
+    api("messages-%02d" % i, MSG + 4 * (i % 7), {"model": "m", "max_tokens": 64, "system": "Be brief.", "stream": i % 2 == 0,
+        "messages": [{"role": "user", "content": "Hi"}], "thinking": {"type": "enabled", "budget_tokens": 32} if i % 3 == 0 else {"type": "disabled"}}, r)
+    api("responses-%02d" % i, RESP + 4 * (i % 7), {"model": "m", "input": "Hi", "instructions": "Be brief.", "stream": i % 2 == 1,
+        "max_output_tokens": 64, "reasoning": {"effort": "high"} if i % 3 == 0 else None}, r)
+api("messages-tools", MSG + 4, {"model": "m", "max_tokens": 128, "tools": [tool], "stream": True, "stop_sequences": ["STOP"],
+    "temperature": 0.5, "top_p": 0.9, "top_k": 20, "messages": [
+    {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
+    {"role": "assistant", "content": [{"type": "thinking", "thinking": "Look it up.", "signature": ""},
+        {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "Sunny, 21 C"}]}]}, call[0])
+api("responses-tools", RESP + 8, {"model": "m", "stream": True, "tools": [{"type": "function", "name": "get_weather",
+    "parameters": tool["input_schema"]}], "input": [
+    {"role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]},
+    {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{\"city\": \"Paris\"}"},
+    {"type": "function_call_output", "call_id": "call_1", "output": "Sunny, 21 C"}]}, call[0])
+api("responses-stored", RESP, {"model": "m", "input": "Hi", "previous_response_id": "resp_1"})
+api("messages-bad", MSG, {"model": "m", "max_tokens": 0, "messages": []})
+api("count-tokens", COUNT, {"model": "m", "system": [{"type": "text", "text": "Be brief."}], "tools": [tool],
+    "messages": [{"role": "user", "content": "Hi"}]})
+api("count-tokens-bad", COUNT, {"model": "m"})
 api("tokenize", 2, {"content": "Hello <｜User｜> world \u00e9", "parse_special": True})
 api("detokenize", 3, {"tokens": [0, 1, 100, 128000, 128799]})
 PY
