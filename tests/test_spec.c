@@ -1,6 +1,9 @@
-/* test_spec.c - speculative decoding emits exactly the tokens of token-by-token greedy decoding.
+/* test_spec.c - speculative decoding emits exactly the tokens of token-by-token decoding, greedy
+ * and sampled.
  *
- * Greedy decoding one token at a time is the reference (test_golden holds it to the golden).
+ * Decoding one token at a time is the reference (test_golden holds it to the golden): greedy,
+ * and sampled with a seed, temperature, top-k, top-p and a repeat penalty, where the verify's
+ * picks must be the draws the sequential sampler makes (the same seed, the same tokens).
  * Drafts are forced: the reference's own continuation (all accepted), with the last one
  * corrupted, the first, a different one each round, and the drafter's own; at several draft
  * counts and prompt lengths (the verify's first row at either phase of the ratio-2 groups, the
@@ -28,27 +31,41 @@ static void prompt_ids(int32_t *p, int32_t n, int32_t V) {
     for (int32_t i = 0; i < n; i++) p[i] = (int32_t)((i * 37 + 11) % V);
 }
 
-/* The greedy ids after the prompt, one token at a time: seq [n] */
-static void greedy(const dsv41_model *m, const int32_t *prompt, int32_t np, int32_t n, int32_t *seq) {
+/* The sampling of the sampled runs (the greedy ones pick the argmax, no penalties) */
+static const dsv41_sampler_params SAMPLED = {.temperature = 0.9f, .top_k = 12, .top_p = 0.9f, .seed = 1234,
+                                             .repeat_penalty = 1.3f, .penalty_last_n = 16};
+
+/* The token after logits [V] at history [n]: the sampler's pick, or the argmax without one */
+static int32_t pick(dsv41_sampler *smp, const float *logits, const int32_t *history, int32_t n, int32_t V) {
+    float row[256];
+    memcpy(row, logits, (size_t)V * sizeof *row);
+    return smp ? dsv41_sample_pick(smp, row, history, n, NULL) : argmax(row, V);
+}
+
+/* The ids after the prompt, one token at a time (sampled with smp, else greedy): seq [n] */
+static void sequential(const dsv41_model *m, dsv41_sampler *smp, const int32_t *prompt, int32_t np, int32_t n, int32_t *seq) {
     dsv41_session *s = dsv41_session_new(m);
     float *lg = malloc((size_t)dsv41_model_vocab_size(m) * sizeof *lg);
     dsv41_session_forward(s, prompt, np, lg, NULL);
     for (int32_t i = 0; i < n; i++) {
-        seq[i] = argmax(lg, dsv41_model_vocab_size(m));
+        int32_t k;
+        const int32_t *hist = dsv41_session_tokens(s, &k);
+        seq[i] = pick(smp, lg, hist, k, dsv41_model_vocab_size(m));
         if (i + 1 < n) dsv41_session_forward(s, &seq[i], 1, lg, NULL);
     }
     free(lg);
     dsv41_session_free(s);
 }
 
-/* n ids by speculative rounds of k drafts in the given mode into out; the session is left in *sp */
-static int speculate(const dsv41_model *m, const int32_t *prompt, int32_t np, int32_t n, int32_t k, int mode,
+/* n ids by speculative rounds of k drafts in the given mode into out (picked by smp, else
+ * greedy); the session is left in *sp */
+static int speculate(const dsv41_model *m, dsv41_sampler *smp, const int32_t *prompt, int32_t np, int32_t n, int32_t k, int mode,
                      const int32_t *seq, int32_t *out, dsv41_session **sp) {
-    int32_t V = dsv41_model_vocab_size(m), e = 0, ids[16], round = 0;
+    int32_t V = dsv41_model_vocab_size(m), e = 0, ids[16], round = 0, next, pos;
     dsv41_session *s = *sp = dsv41_session_new(m);
     float *lg = malloc((size_t)V * sizeof *lg);
     if (dsv41_session_forward(s, prompt, np, lg, NULL)) return -1;
-    out[e++] = argmax(lg, V);
+    out[e++] = pick(smp, lg, prompt, np, V);
     while (e < n) {
         int32_t kk = k < n - e ? k : n - e, own[8];
         ids[0] = out[e - 1];
@@ -60,13 +77,14 @@ static int speculate(const dsv41_model *m, const int32_t *prompt, int32_t np, in
         int32_t bad = mode == LAST ? kk - 1 : mode == FIRST ? 0 : mode == ROTATE ? round % (kk > 0 ? kk : 1) : -1;
         if (bad >= 0 && bad < kk) ids[1 + bad] = (ids[1 + bad] + 1) % V;
         round++;
-        int32_t got = kk > 0 ? dsv41_session_verify(s, ids, kk + 1) : -1;
+        int32_t got = kk > 0 ? dsv41_session_verify(s, ids, kk + 1, smp ? dsv41_sample_pick : NULL, smp, &next) : -1;
         if (got < 0) { /* too early or too late for a block: one plain step */
             if (dsv41_session_forward(s, ids, 1, lg, NULL)) return -1;
             got = 0;
+            next = pick(smp, lg, dsv41_session_tokens(s, &pos), pos, V);
         }
         for (int32_t i = 0; i < got && e < n; i++) out[e++] = ids[1 + i];
-        if (e < n) out[e++] = argmax(dsv41_session_logits(s), V);
+        if (e < n) out[e++] = next;
     }
     free(lg);
     return 0;
@@ -115,24 +133,29 @@ static int same_as_sequential(const dsv41_model *m, dsv41_session *s, const int3
     return ok;
 }
 
-/* the modes below `modes`, the first nk draft counts and the first np prompt lengths on m;
- * returns the failures */
-static int sweep(const dsv41_model *m, const char *what, int modes, int nk, int np) {
+/* the modes below `modes`, the first nk draft counts and the first np prompt lengths on m,
+ * greedy or sampled; returns the failures */
+static int sweep(const dsv41_model *m, const char *what, int sampled, int modes, int nk, int np) {
     const int32_t ks[] = {5, 2, 1, 3, 7}, nps[] = {9, 10, 13};
     int32_t V = dsv41_model_vocab_size(m), n = 40, seq[64], out[64], prompt[16];
     int fails = 0;
     for (int pi = 0; pi < np; pi++) {
         prompt_ids(prompt, nps[pi], V);
-        greedy(m, prompt, nps[pi], n + 8, seq);
+        dsv41_sampler *ref = sampled ? dsv41_sampler_new(&SAMPLED, V) : NULL;
+        sequential(m, ref, prompt, nps[pi], n + 8, seq);
+        dsv41_sampler_free(ref);
         for (int mode = 0; mode < modes; mode++)
             for (int ki = 0; ki < nk; ki++) {
                 dsv41_session *s = NULL;
-                int ok = speculate(m, prompt, nps[pi], n, ks[ki], mode, seq, out, &s) == 0 &&
+                dsv41_sampler *smp = sampled ? dsv41_sampler_new(&SAMPLED, V) : NULL;
+                int ok = speculate(m, smp, prompt, nps[pi], n, ks[ki], mode, seq, out, &s) == 0 &&
                          !memcmp(out, seq, (size_t)n * sizeof *out) && same_as_sequential(m, s, prompt, nps[pi], seq);
                 dsv41_session_free(s);
+                dsv41_sampler_free(smp);
                 if (!ok) {
                     fails++;
-                    fprintf(stderr, "%s: prompt %d, %d drafts, %s: differs from one-token decoding\n", what, nps[pi], ks[ki], MODE_NAME[mode]);
+                    fprintf(stderr, "%s%s: prompt %d, %d drafts, %s: differs from one-token decoding\n", what,
+                            sampled ? " sampled" : "", nps[pi], ks[ki], MODE_NAME[mode]);
                 }
             }
     }
@@ -143,8 +166,10 @@ int main(void) {
     dsv41_model *tiny = dsv41_model_builtin(), *dm = model_from_config_file("models/tiny_dspark.json");
     CHECK(tiny && dm, "the models load");
     if (!tiny || !dm) return test_summary();
-    CHECK(sweep(tiny, "tiny", OWN, 5, 3) == 0, "tiny model: forced drafts in 4 modes x 5 draft counts x 3 prompts emit the greedy ids");
-    CHECK(sweep(dm, "tiny_dspark", MODES, 5, 3) == 0, "with a drafter: 5 modes x 5 draft counts x 3 prompts emit the greedy ids");
+    CHECK(sweep(tiny, "tiny", 0, OWN, 5, 3) == 0, "tiny model: forced drafts in 4 modes x 5 draft counts x 3 prompts emit the greedy ids");
+    CHECK(sweep(dm, "tiny_dspark", 0, MODES, 5, 3) == 0, "with a drafter: 5 modes x 5 draft counts x 3 prompts emit the greedy ids");
+    CHECK(sweep(dm, "tiny_dspark", 1, MODES, 3, 2) == 0,
+          "sampled (seed, temperature, top-k, top-p, repeat penalty): 5 modes x 3 draft counts x 2 prompts emit the sequential draws");
 
     const char *sets[8];
     int32_t ns = dsv41_kernel_sets(sets, 8);
@@ -152,16 +177,18 @@ int main(void) {
         for (int32_t th = 1; th <= 3; th += 2) {
             dsv41_set_kernels(sets[k]);
             dsv41_set_threads(th);
-            CHECK(sweep(dm, sets[k], MODES, 1, 2) == 0, "kernel set %s, %d threads: every mode emits the greedy ids", sets[k], th);
+            CHECK(sweep(dm, sets[k], 0, MODES, 1, 2) == 0, "kernel set %s, %d threads: every mode emits the greedy ids", sets[k], th);
+            if (th > 1)
+                CHECK(sweep(dm, sets[k], 1, MODES, 1, 1) == 0, "kernel set %s, %d threads: every mode emits the sampled ids", sets[k], th);
         }
     dsv41_set_kernels(NULL);
 
     dsv41_session *s = dsv41_session_new(tiny);
     int32_t ids[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
-    CHECK(dsv41_session_verify(s, ids, 3) < 0, "an empty session does not verify");
+    CHECK(dsv41_session_verify(s, ids, 3, NULL, NULL, NULL) < 0, "an empty session does not verify");
     dsv41_session_forward(s, ids, 2, NULL, NULL);
-    CHECK(dsv41_session_verify(s, ids, 9) < 0, "more rows than the window are refused");
-    CHECK(dsv41_session_verify(s, ids, 0) < 0, "no rows are refused");
+    CHECK(dsv41_session_verify(s, ids, 9, NULL, NULL, NULL) < 0, "more rows than the window are refused");
+    CHECK(dsv41_session_verify(s, ids, 0, NULL, NULL, NULL) < 0, "no rows are refused");
     dsv41_session_free(s);
     dsv41_model_free(tiny);
     dsv41_model_free(dm);

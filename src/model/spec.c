@@ -1,12 +1,13 @@
-/* spec.c - speculative decoding: verify a block of drafts in one forward, keep what greedy
- * decoding keeps.
+/* spec.c - speculative decoding: verify a block of drafts in one forward, keep what token-by-
+ * token decoding keeps.
  *
  * The target runs the anchor and the k drafts as k+1 rows of one forward at positions
  * pos..pos+k, and each row computes exactly what a one-token step at its position computes
  * (attend_verify in attention.c: its own window, compressor and indexer steps in row order, the
  * index keys and candidate mask that step would read); every projection, MoE and head reads its
  * weights once for all the rows, which is where the time goes. Row j's logits decide draft
- * j+1: greedy decoding would have fed it exactly when it is row j's argmax, so the rows up to
+ * j+1: decoding would have fed it exactly when it is the token picked from row j (the argmax
+ * when greedy, a sampler's draw otherwise: see dsv41_session_verify), so the rows up to
  * the first miss are kept and the session is put back to what those rows alone would have left:
  * the ring slots the rejected rows overwrote, the compressor tails as they were after the last
  * kept row, the compressed rows and index keys of the groups rejected rows closed (zero, as
@@ -92,7 +93,27 @@ static void rollback(dsv41_session *s, const spec_journal *j, int32_t keep) {
     s->pos = at;
 }
 
-int32_t dsv41_session_verify(dsv41_session *s, const int32_t *ids, int32_t n) {
+/* The token after a row: pick's on a copy of the row's logits (row_copy [vocab]), history the n
+ * ids fed up to the row; the row's argmax without a pick. */
+static int32_t pick_next(const dsv41_session *s, dsv41_pick_fn pick, void *ctx, const float *row, int32_t n, float *row_copy,
+                         int *last) {
+    int64_t V = s->m->cfg.vocab_size;
+    if (!pick) return argmax_f32(row, V);
+    memcpy(row_copy, row, (size_t)V * sizeof *row);
+    int32_t t = pick(ctx, row_copy, s->tokens, n, last);
+    if (t < 0 || t >= V) return set_error("speculative decoding: the pick failed or gave %d", t), -1;
+    return t;
+}
+
+/* Speculative sampling. The standard rule accepts draft d with probability min(1, p(d) / q(d))
+ * (p the target's filtered distribution at the row, q the drafter's) and on a rejection draws
+ * from normalize(max(0, p - q)). The drafter here is greedy, so q is one-hot on d: d is accepted
+ * with probability p(d), and a rejection draws x != d with probability p(x) / (1 - p(d)). Drawing
+ * x from p and accepting d exactly when x == d is that rule: P(x == d) = p(d), and given
+ * x != d, x has that residual law. So each row is one ordinary draw of the caller's pick, in
+ * order, on the logits a one-token step would give: the emitted tokens are the ones token-by-
+ * token decoding with the same sampler (seed, stream position) emits, not only their law. */
+int32_t dsv41_session_verify(dsv41_session *s, const int32_t *ids, int32_t n, dsv41_pick_fn pick, void *ctx, int32_t *next) {
     const config *c = &s->m->cfg;
     int64_t V = c->vocab_size;
     if (n < 1 || n > c->window_size) return set_error("verify: %d rows (1 to the window's %d)", n, c->window_size);
@@ -109,33 +130,48 @@ int32_t dsv41_session_verify(dsv41_session *s, const int32_t *ids, int32_t n) {
         return set_error("verify: %d rows at position %d would read index keys not written yet (too early)", n, s->pos);
     }
     if (s->draft) dspark_flush(s->m, s->draft);
-    float *logits = malloc((size_t)(n * V) * sizeof *logits);
+    float *logits = malloc((size_t)((n + 1) * V) * sizeof *logits);
     int rc = logits ? forward_verify(s, ids, n, logits) : set_error("out of memory verifying drafts");
-    int32_t m = 0;
+    int32_t m = 0, t = -1;
     if (rc == 0) {
-        while (m + 1 < n && argmax_f32(logits + m * V, V) == ids[m + 1]) m++;
+        int last = 0;
+        while ((t = pick_next(s, pick, ctx, logits + m * V, j.pos0 + m + 1, logits + n * V, &last)) >= 0 && !last &&
+               m + 1 < n && t == ids[m + 1])
+            m++;
         if (m + 1 < n) rollback(s, &j, m + 1);
         memcpy(s->logits, logits + m * V, (size_t)V * sizeof *logits);
         s->has_logits = 1;
+        rc = t < 0 ? -1 : 0;
     }
     s->verify = NULL;
     journal_free(c, &j);
     free(logits);
+    if (next) *next = t;
     return rc ? -1 : m;
 }
 
-int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draft, int32_t *out) {
+int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draft, dsv41_pick_fn pick, void *ctx, int32_t *out) {
     const config *c = &s->m->cfg;
-    int32_t B = dsv41_model_draft_size(s->m), ids[MAX_LAYERS], n = n_draft < B ? n_draft : B;
+    int32_t B = dsv41_model_draft_size(s->m), ids[MAX_LAYERS], n = n_draft < B ? n_draft : B, next = -1;
     if (n_draft < 0) return set_error("speculate: %d drafts", n_draft);
     if (n > c->window_size - 1) n = c->window_size - 1;
     ids[0] = anchor;
-    int32_t m = n > 0 && dsv41_session_draft(s, anchor, n, ids + 1, NULL, NULL) == 0 ? dsv41_session_verify(s, ids, n + 1) : -1;
+    int32_t m = -1;
+    if (n > 0 && dsv41_session_draft(s, anchor, n, ids + 1, NULL, NULL) == 0) {
+        int32_t pos = s->pos;
+        m = dsv41_session_verify(s, ids, n + 1, pick, ctx, &next);
+        if (m < 0 && s->pos > pos) return -1; /* the pick failed after the verify */
+    }
     if (m < 0) { /* no block here (the first step after a prefill, the end of the context): one token */
         if (dsv41_session_forward(s, &anchor, 1, s->logits, NULL)) return -1;
+        float *row = pick ? malloc((size_t)c->vocab_size * sizeof *row) : NULL;
+        int last = 0;
+        next = pick && !row ? set_error("out of memory") : pick_next(s, pick, ctx, s->logits, s->pos, row, &last);
+        free(row);
+        if (next < 0) return -1;
         m = 0;
     }
     memcpy(out, ids + 1, (size_t)m * sizeof *out);
-    out[m] = argmax_f32(s->logits, c->vocab_size);
+    out[m] = next;
     return m + 1;
 }
