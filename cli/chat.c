@@ -155,7 +155,7 @@ static int reply(chat_state *c, const gen_opts *o) {
         nd = nd < r.limit - r.taken ? nd : r.limit - r.taken;
         nd = nd < c->ctx - pos - 2 ? nd : c->ctx - pos - 2;
         if (nd > 0) { /* feeds next and the drafts kept; picks the token after them */
-            int32_t got = dsv41_session_speculate(c->s, next, (int32_t)nd, pick, &r, out);
+            int32_t got = dsv41_session_speculate(c->s, next, (int32_t)nd, pick, &r, out, NULL);
             if (got < 0) { rc = r.end == TAKE_ERROR ? fail("out of memory") : fail(dsv41_error()); break; }
             memcpy(c->logits, dsv41_session_logits(c->s), (size_t)c->V * sizeof *c->logits);
             next = out[got - 1];

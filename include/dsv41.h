@@ -149,10 +149,12 @@ int32_t dsv41_session_verify(dsv41_session *s, const int32_t *ids, int32_t n, ds
 /* One round of speculative decoding: anchor is the token picked from s's last logits (not fed
  * yet); the drafter proposes up to n_draft tokens (at most its block), one verify keeps those
  * decoding would feed, and out [n_draft + 1] gets the tokens decoding picks next: the kept
- * drafts, then the pick after them (the next anchor, not fed). Returns their count, or -1.
- * Where no block can be drafted or verified (the step after a prefill, the end of the context,
- * no drafter, n_draft 0) it is one plain step: the anchor fed, one token picked. */
-int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draft, dsv41_pick_fn pick, void *ctx, int32_t *out);
+ * drafts, then the pick after them (the next anchor, not fed). Returns their count, or -1;
+ * *drafted (when not NULL) gets how many drafts the verify checked. Where no block can be
+ * drafted or verified (the step after a prefill, the end of the context, no drafter, n_draft 0)
+ * it is one plain step: the anchor fed, one token picked, no draft. */
+int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draft, dsv41_pick_fn pick, void *ctx, int32_t *out,
+                                int32_t *drafted);
 /* Writes s to path as one self-checking file: a magic and format version, the identity of the
  * model (its config and a checksum of its weights), the ids, every piece of state and a checksum
  * of the whole. The file appears whole or not at all (written under a temporary name, synced,

@@ -23,10 +23,11 @@
 typedef struct sched sched;
 
 /* Starts the scheduler with n_slots sessions of m, each keeping up to n_snaps snapshots; ctx
- * bounds prompt plus reply; at most max_waiting requests wait for a slot. NULL with a message
- * on stderr on failure. */
+ * bounds prompt plus reply; at most max_waiting requests wait for a slot; draft > 0 decodes
+ * replies by speculative rounds of that many drafts (the same tokens). NULL with a message on
+ * stderr on failure. */
 sched *sched_start(dsv41_model *m, const dsv41_tokenizer *tk, int32_t n_slots, int32_t n_snaps, int32_t max_waiting,
-                   int32_t ctx);
+                   int32_t ctx, int32_t draft);
 /* Refuses new jobs from now on and cancels every queued and running one. */
 void sched_shutdown(sched *s);
 /* Shuts down, joins the thread and frees the slots (not the model or tokenizer). */
@@ -53,7 +54,8 @@ slot_result sched_slot_action(sched *s, int32_t id, slot_action action, const ch
 /* A JSON array of {"id", "busy", "n_tokens"}. */
 void sched_slots_json(sched *s, jbuf *out);
 
-/* Prometheus lines for tokens, speeds, the step's batch, waiting requests and busy slots. */
+/* Prometheus lines for tokens, speeds, the step's batch, speculative drafts, waiting requests and
+ * busy slots. */
 void sched_metrics(sched *s, jbuf *out);
 
 #endif

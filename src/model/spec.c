@@ -150,7 +150,8 @@ int32_t dsv41_session_verify(dsv41_session *s, const int32_t *ids, int32_t n, ds
     return rc ? -1 : m;
 }
 
-int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draft, dsv41_pick_fn pick, void *ctx, int32_t *out) {
+int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draft, dsv41_pick_fn pick, void *ctx, int32_t *out,
+                                int32_t *drafted) {
     const config *c = &s->m->cfg;
     int32_t B = dsv41_model_draft_size(s->m), ids[MAX_LAYERS], n = n_draft < B ? n_draft : B, next = -1;
     if (n_draft < 0) return set_error("speculate: %d drafts", n_draft);
@@ -170,7 +171,9 @@ int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draf
         free(row);
         if (next < 0) return -1;
         m = 0;
+        n = 0;
     }
+    if (drafted) *drafted = n;
     memcpy(out, ids + 1, (size_t)m * sizeof *out);
     out[m] = next;
     return m + 1;
