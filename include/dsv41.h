@@ -146,6 +146,16 @@ typedef int32_t (*dsv41_pick_fn)(void *ctx, float *logits, const int32_t *histor
  * the start of the sequence, past the context: decode one token then), or when pick fails (s
  * then holds the rows before the failing pick: dsv41_session_pos). */
 int32_t dsv41_session_verify(dsv41_session *s, const int32_t *ids, int32_t n, dsv41_pick_fn pick, void *ctx, int32_t *next);
+/* The verifies of several sessions of one model in one forward, as dsv41_batch_forward batches
+ * decode steps: session s[i] feeds ids[i] [n[i]] (its picked token, then n[i] - 1 drafts; n[i]
+ * 1 is a decode step) and gets what dsv41_session_verify would give it alone: kept[i] drafts
+ * kept and next[i] the pick after them, made by pick with ctx[i] (ctx NULL: NULL for all). A
+ * session whose block cannot be verified yet (too close to the start) feeds ids[i][0] alone.
+ * The sessions must be distinct. Returns 0, or -1 with no session changed when an input is
+ * wrong, or after a failing pick (that session then holds the rows before it; the others are
+ * complete). */
+int dsv41_batch_verify(dsv41_session *const *s, const int32_t *const *ids, const int32_t *n, int32_t count, dsv41_pick_fn pick,
+                       void *const *ctx, int32_t *kept, int32_t *next);
 /* One round of speculative decoding: anchor is the token picked from s's last logits (not fed
  * yet); the drafter proposes up to n_draft tokens (at most its block), one verify keeps those
  * decoding would feed, and out [n_draft + 1] gets the tokens decoding picks next: the kept

@@ -10,8 +10,9 @@
  * window ring of 8 wrapping many times in each run). Every run must emit the reference's ids,
  * and leave every cache as one-token decoding leaves it at the same position: window rings,
  * compressor tails, compressed rows and index keys (zero past the closed groups), the published
- * index-key cache, the Engram history, the logits, the drafter's next block. Then the same at
- * every kernel set and thread count. */
+ * index-key cache, the Engram history, the logits, the drafter's next block. The same with
+ * every mode in its own session and a decoding one, all verified by one batch call a round.
+ * Then the same at every kernel set and thread count. */
 #include <string.h>
 
 #include "filler.h"
@@ -162,6 +163,69 @@ static int sweep(const dsv41_model *m, const char *what, int sampled, int modes,
     return fails;
 }
 
+/* Sessions of five prompt lengths, one per mode, and a sixth that decodes (one row a round),
+ * advanced together by dsv41_batch_verify rounds of k drafts, greedy or sampled: each must emit
+ * its one-token ids and end in its one-token state. Returns the failures. */
+static int batch_sweep(const dsv41_model *m, int sampled, int32_t k) {
+    enum { NS = MODES + 1, N = 30 };
+    int32_t V = dsv41_model_vocab_size(m), np[NS], prompt[NS][16], seq[NS][N + 8], out[NS][N], e[NS], round = 0, fails = 0;
+    int32_t rows[NS][16], nr[NS], kept[NS], next[NS], *idp[NS];
+    dsv41_session *s[NS], *bs[NS];
+    dsv41_sampler *smp[NS];
+    void *ctx[NS];
+    float *lg = malloc((size_t)V * sizeof *lg);
+    for (int32_t i = 0; i < NS; i++) {
+        np[i] = 9 + i;
+        prompt_ids(prompt[i], np[i], V);
+        dsv41_sampler *ref = sampled ? dsv41_sampler_new(&SAMPLED, V) : NULL;
+        sequential(m, ref, prompt[i], np[i], N + 8, seq[i]);
+        dsv41_sampler_free(ref);
+        s[i] = dsv41_session_new(m);
+        smp[i] = sampled ? dsv41_sampler_new(&SAMPLED, V) : NULL;
+        dsv41_session_forward(s[i], prompt[i], np[i], lg, NULL);
+        out[i][0] = pick(smp[i], lg, prompt[i], np[i], V);
+        e[i] = 1;
+    }
+    for (int busy = NS; busy > 0; round++) {
+        busy = 0;
+        for (int32_t i = 0; i < NS; i++) {
+            if (e[i] >= N) continue;
+            int mode = i < MODES ? i : -1;
+            int32_t kk = mode < 0 ? 0 : k < N - e[i] ? k : N - e[i], own[8], *ids = rows[i];
+            ids[0] = out[i][e[i] - 1];
+            if (mode == OWN) {
+                if (kk > dsv41_model_draft_size(m)) kk = dsv41_model_draft_size(m);
+                if (dsv41_session_draft(s[i], ids[0], kk, own, NULL, NULL)) kk = 0;
+            }
+            for (int32_t d = 0; d < kk; d++) ids[1 + d] = mode == OWN ? own[d] : seq[i][e[i] + d];
+            int32_t bad = mode == LAST ? kk - 1 : mode == FIRST ? 0 : mode == ROTATE ? round % (kk > 0 ? kk : 1) : -1;
+            if (bad >= 0 && bad < kk) ids[1 + bad] = (ids[1 + bad] + 1) % V;
+            bs[busy] = s[i], idp[busy] = ids, nr[busy] = kk + 1, ctx[busy++] = smp[i];
+        }
+        if (busy && dsv41_batch_verify(bs, (const int32_t *const *)idp, nr, busy, sampled ? dsv41_sample_pick : NULL, ctx, kept, next)) {
+            fprintf(stderr, "batch verify: %s\n", dsv41_error());
+            fails++;
+            break;
+        }
+        for (int32_t b = 0, i = 0; b < busy; b++, i++) {
+            while (s[i] != bs[b]) i++;
+            for (int32_t d = 0; d < kept[b] && e[i] < N; d++) out[i][e[i]++] = idp[b][1 + d];
+            if (e[i] < N) out[i][e[i]++] = next[b];
+        }
+    }
+    for (int32_t i = 0; i < NS; i++) {
+        if (memcmp(out[i], seq[i], sizeof out[i]) || !same_as_sequential(m, s[i], prompt[i], np[i], seq[i])) {
+            fails++;
+            fprintf(stderr, "batch%s, %d drafts: session %d (%s) differs from one-token decoding\n", sampled ? " sampled" : "", k, i,
+                    i < MODES ? MODE_NAME[i] : "decode");
+        }
+        dsv41_session_free(s[i]);
+        dsv41_sampler_free(smp[i]);
+    }
+    free(lg);
+    return fails;
+}
+
 int main(void) {
     dsv41_model *tiny = dsv41_model_builtin(), *dm = model_from_config_file("models/tiny_dspark.json");
     CHECK(tiny && dm, "the models load");
@@ -170,6 +234,10 @@ int main(void) {
     CHECK(sweep(dm, "tiny_dspark", 0, MODES, 5, 3) == 0, "with a drafter: 5 modes x 5 draft counts x 3 prompts emit the greedy ids");
     CHECK(sweep(dm, "tiny_dspark", 1, MODES, 3, 2) == 0,
           "sampled (seed, temperature, top-k, top-p, repeat penalty): 5 modes x 3 draft counts x 2 prompts emit the sequential draws");
+
+    CHECK(batch_sweep(dm, 0, 3) == 0 && batch_sweep(dm, 0, 5) == 0,
+          "one batch verify a round for 5 modes and a decoding session: each emits its greedy ids");
+    CHECK(batch_sweep(dm, 1, 3) == 0, "the same sampled: each emits its sequential draws");
 
     const char *sets[8];
     int32_t ns = dsv41_kernel_sets(sets, 8);

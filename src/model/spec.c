@@ -113,41 +113,85 @@ static int32_t pick_next(const dsv41_session *s, dsv41_pick_fn pick, void *ctx, 
  * x != d, x has that residual law. So each row is one ordinary draw of the caller's pick, in
  * order, on the logits a one-token step would give: the emitted tokens are the ones token-by-
  * token decoding with the same sampler (seed, stream position) emits, not only their law. */
-int32_t dsv41_session_verify(dsv41_session *s, const int32_t *ids, int32_t n, dsv41_pick_fn pick, void *ctx, int32_t *next) {
+/* Why session s cannot verify n rows now (set as the error), or 0 */
+static int verify_refused(const dsv41_session *s, int32_t n) {
     const config *c = &s->m->cfg;
-    int64_t V = c->vocab_size;
     if (n < 1 || n > c->window_size) return set_error("verify: %d rows (1 to the window's %d)", n, c->window_size);
     if (s->m->part.n_ranks > 1) return set_error("verify: not supported on a model split over ranks");
     if (s->pos < 1) return set_error("verify: the session needs its prefill first");
     if ((int64_t)s->pos + n > c->max_seq_len)
         return set_error("verify: %d rows at position %d exceed the context of %d tokens", n, s->pos, c->max_seq_len);
-    spec_journal j;
-    if (journal_new(s, n, &j)) return -1;
-    s->verify = &j;
-    if (!owners_ready(s, n)) {
-        s->verify = NULL;
-        journal_free(c, &j);
-        return set_error("verify: %d rows at position %d would read index keys not written yet (too early)", n, s->pos);
+    return 0;
+}
+
+/* The verifies of count sessions in one forward (see dsv41_batch_verify). Each session's block
+ * starts its journal; one whose block cannot run yet (too early for the index keys) feeds its
+ * first id alone, as a decode step, when plain allows it, else the call fails untouched. Then
+ * each session's picks, in row order, keep the drafts that equal them and the rest is rolled
+ * back. */
+static int verify_batch(dsv41_session *const *s, const int32_t *const *ids, const int32_t *n, int32_t count, dsv41_pick_fn pick,
+                        void *const *ctx, int32_t *kept, int32_t *next, int plain) {
+    if (count < 1) return set_error("verify: no sessions");
+    for (int32_t i = 0; i < count; i++) {
+        if (verify_refused(s[i], n[i])) return -1;
+        if (s[i]->m != s[0]->m) return set_error("verify: session %d belongs to another model", i);
+        for (int32_t k = 0; k < i; k++)
+            if (s[k] == s[i]) return set_error("verify: session %d appears twice", i);
     }
-    if (s->draft) dspark_flush(s->m, s->draft);
-    float *logits = malloc((size_t)((n + 1) * V) * sizeof *logits);
-    int rc = logits ? forward_verify(s, ids, n, logits) : set_error("out of memory verifying drafts");
-    int32_t m = 0, t = -1;
-    if (rc == 0) {
+    const config *c = &s[0]->m->cfg;
+    int64_t V = c->vocab_size;
+    spec_journal *j = calloc((size_t)count, sizeof *j);
+    int32_t *rows = malloc((size_t)count * sizeof *rows);
+    float **logits = calloc((size_t)count, sizeof *logits), *row = malloc((size_t)V * sizeof *row);
+    int rc = j && rows && logits && row ? 0 : set_error("out of memory verifying drafts");
+    for (int32_t i = 0; rc == 0 && i < count; i++) {
+        rows[i] = n[i];
+        if (journal_new(s[i], n[i], &j[i])) { rc = -1; break; }
+        s[i]->verify = &j[i];
+        if (!owners_ready(s[i], n[i])) {
+            s[i]->verify = NULL;
+            rows[i] = 1;
+            if (!plain) rc = set_error("verify: %d rows at position %d would read index keys not written yet (too early)", n[i], s[i]->pos);
+        }
+        if (rc == 0 && !(logits[i] = malloc((size_t)(rows[i] * V) * sizeof *logits[i]))) rc = set_error("out of memory verifying drafts");
+    }
+    for (int32_t i = 0; rc == 0 && i < count; i++)
+        if (s[i]->verify && s[i]->draft) dspark_flush(s[i]->m, s[i]->draft);
+    int ran = rc == 0 && (rc = forward_verify(s, ids, rows, count, logits)) == 0;
+    for (int32_t i = 0; ran && i < count; i++) { /* every session's picks, even after one failed */
+        int32_t m = 0, t, pos0 = s[i]->pos - rows[i];
         int last = 0;
-        while ((t = pick_next(s, pick, ctx, logits + m * V, j.pos0 + m + 1, logits + n * V, &last)) >= 0 && !last &&
-               m + 1 < n && t == ids[m + 1])
+        while ((t = pick_next(s[i], pick, ctx ? ctx[i] : NULL, logits[i] + m * V, pos0 + m + 1, row, &last)) >= 0 && !last &&
+               m + 1 < rows[i] && t == ids[i][m + 1])
             m++;
-        if (m + 1 < n) rollback(s, &j, m + 1);
-        memcpy(s->logits, logits + m * V, (size_t)V * sizeof *logits);
-        s->has_logits = 1;
-        rc = t < 0 ? -1 : 0;
+        if (s[i]->verify && m + 1 < rows[i]) rollback(s[i], &j[i], m + 1);
+        memcpy(s[i]->logits, logits[i] + m * V, (size_t)V * sizeof *row);
+        s[i]->has_logits = 1;
+        kept[i] = m;
+        next[i] = t;
+        if (t < 0) rc = -1;
     }
-    s->verify = NULL;
-    journal_free(c, &j);
+    for (int32_t i = 0; i < count; i++) {
+        if (j && j[i].ring_old) s[i]->verify = NULL, journal_free(c, &j[i]);
+        if (logits) free(logits[i]);
+    }
+    free(j);
+    free(rows);
     free(logits);
+    free(row);
+    return rc;
+}
+
+int32_t dsv41_session_verify(dsv41_session *s, const int32_t *ids, int32_t n, dsv41_pick_fn pick, void *ctx, int32_t *next) {
+    int32_t kept, t;
+    if (verify_batch(&s, &ids, &n, 1, pick, &ctx, &kept, &t, 0)) return -1;
     if (next) *next = t;
-    return rc ? -1 : m;
+    return kept;
+}
+
+int dsv41_batch_verify(dsv41_session *const *s, const int32_t *const *ids, const int32_t *n, int32_t count, dsv41_pick_fn pick,
+                       void *const *ctx, int32_t *kept, int32_t *next) {
+    return verify_batch(s, ids, n, count, pick, ctx, kept, next, 1);
 }
 
 int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draft, dsv41_pick_fn pick, void *ctx, int32_t *out,
