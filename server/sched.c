@@ -330,34 +330,59 @@ static int32_t pick_token(void *ctx, float *logits, const int32_t *history, int3
     return id;
 }
 
-/* The slot's speculative round, alone: feeds its picked token and the drafts kept; the token
- * picked after them waits for the next step (sl->picked). */
-static void speculate_slot(sched *s, slot *sl) {
-    job *j = sl->job;
-    int32_t pos = dsv41_session_pos(sl->session), drafted = 0, out[65];
-    int64_t nd = s->draft, room = (int64_t)j->max_tokens - j->n_gen - 1;
-    nd = nd < room ? nd : room;
-    nd = nd < s->ctx - pos - 2 ? nd : s->ctx - pos - 2;
-    round_ctx r = {s, sl, END_NONE};
+/* The speculative rounds of the step's decoding slots, in one forward: each feeds its picked
+ * token and the drafts its drafter proposes (a decode step where it proposes none); the drafts
+ * kept are the slot's next tokens, and the token picked after them waits for the next step
+ * (sl->picked). */
+static void spec_step(sched *s, int32_t count) {
+    int32_t *rows = malloc((size_t)count * (s->draft + 1) * sizeof *rows), *kept = malloc((size_t)count * 3 * sizeof *kept);
+    round_ctx *r = malloc((size_t)count * sizeof *r);
+    void **ctx = malloc((size_t)count * sizeof *ctx);
+    const char *err = rows && kept && r && ctx ? NULL : "out of memory";
+    int32_t *next = kept + count, *n = kept + 2 * count;
+    for (int32_t i = 0; !err && i < count; i++) {
+        slot *sl = s->spec[i];
+        int32_t pos = dsv41_session_pos(sl->session), *ids = rows + (int64_t)i * (s->draft + 1);
+        int64_t nd = s->draft, room = (int64_t)sl->job->max_tokens - sl->job->n_gen - 1;
+        nd = nd < room ? nd : room;
+        nd = nd < s->ctx - pos - 2 ? nd : s->ctx - pos - 2;
+        nd = nd < dsv41_model_draft_size(s->model) ? nd : dsv41_model_draft_size(s->model);
+        ids[0] = sl->next;
+        n[i] = 1 + (nd > 0 && !dsv41_session_draft(sl->session, sl->next, (int32_t)nd, ids + 1, NULL, NULL) ? (int32_t)nd : 0);
+        r[i] = (round_ctx){s, sl, END_NONE};
+        ctx[i] = &r[i];
+        s->b_sess[i] = sl->session, s->b_ids[i] = ids;
+    }
     double t0 = now_s();
-    int32_t got = dsv41_session_speculate(sl->session, sl->next, nd > 0 ? (int32_t)nd : 0, pick_token, &r, out, &drafted);
+    if (!err && dsv41_batch_verify(s->b_sess, s->b_ids, n, count, pick_token, ctx, kept, next)) err = dsv41_error();
     double dt = now_s() - t0;
-    const char *err = got < 0 ? dsv41_error() : NULL;
-    if (err) dsv41_session_reset(sl->session); /* its state is not known: nothing is cached */
-    else memcpy(sl->logits, dsv41_session_logits(sl->session), (size_t)s->vocab * sizeof *sl->logits);
+    for (int32_t i = 0; i < count; i++) {
+        slot *sl = s->spec[i];
+        if (err) dsv41_session_reset(sl->session); /* its state is not known: nothing is cached */
+        else memcpy(sl->logits, dsv41_session_logits(sl->session), (size_t)s->vocab * sizeof *sl->logits);
+    }
     sched_lock(s);
     s->steps++;
+    s->last_batch = count;
     s->decode_s += dt;
-    if (!err) {
-        s->batched_tokens += (uint64_t)got;
-        s->drafted += (uint64_t)drafted, s->accepted += (uint64_t)(got - 1);
-        j->n_drafted += drafted, j->n_accepted += got - 1;
+    for (int32_t i = 0; i < count; i++) {
+        slot *sl = s->spec[i];
+        sl->n_tokens = dsv41_session_pos(sl->session);
+        if (err) {
+            if (sl->job) finish(s, sl, END_ERROR, err);
+            continue;
+        }
+        s->batched_tokens += (uint64_t)(kept[i] + 1);
+        s->drafted += (uint64_t)(n[i] - 1), s->accepted += (uint64_t)kept[i];
+        sl->job->n_drafted += n[i] - 1, sl->job->n_accepted += kept[i];
+        if (r[i].end != END_NONE) end_job(s, sl, r[i].end);
+        else sl->picked = 1;
     }
-    sl->n_tokens = dsv41_session_pos(sl->session);
-    if (err) finish(s, sl, END_ERROR, err);
-    else if (r.end != END_NONE) end_job(s, sl, r.end);
-    else sl->picked = 1;
     sched_unlock(s);
+    free(rows);
+    free(kept);
+    free(r);
+    free(ctx);
 }
 
 /* The step's batch call over b_*[0, count): cold is the slot of the cold prefill among them
@@ -479,7 +504,7 @@ static void step(sched *s) {
         s->b_logits[count++] = sl->logits;
     }
     if (count) batch_step(s, count, cold, cold_n, prompt_tokens, sampled);
-    for (int32_t i = 0; i < n_spec; i++) speculate_slot(s, s->spec[i]);
+    if (n_spec) spec_step(s, n_spec);
     if (alone) prefill_alone(s, alone);
 }
 

@@ -6,7 +6,9 @@
  * gathers every busy slot that has a token to feed (a sampled token, or the next token of a
  * prompt that extends the slot's cached tokens) plus at most one cold prefill, and advances them
  * all with one dsv41_batch_forward call (a long prefill runs alone right after it, where a
- * cancel can stop it). A request's side (an HTTP connection thread) reads the
+ * cancel can stop it). With drafts (serve --draft) the slots that decode go through one
+ * dsv41_batch_verify call instead, each with its picked token and its drafter's drafts, and
+ * each reply is the one plain steps give. A request's side (an HTTP connection thread) reads the
  * job's progress under the scheduler's lock and waits on the job's condition variable. */
 #ifndef SERVE_SCHED_H
 #define SERVE_SCHED_H
