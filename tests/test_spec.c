@@ -226,6 +226,30 @@ static int batch_sweep(const dsv41_model *m, int sampled, int32_t k) {
     return fails;
 }
 
+/* A greedy pick that ends the block at its second call (a reply ending there) */
+static int32_t pick_two(void *ctx, float *logits, const int32_t *history, int32_t n, int *last) {
+    int *calls = ctx;
+    (void)history, (void)n;
+    *last = ++*calls == 2;
+    return argmax(logits, 64);
+}
+
+/* A block of drafts that would all be kept, cut by the pick at its second token: the session
+ * holds the anchor and one draft, as one-token decoding of those, and the pick is the next. */
+static int last_cuts(const dsv41_model *m) {
+    int32_t V = dsv41_model_vocab_size(m), prompt[16], seq[16], ids[5], next = -1, calls = 0;
+    prompt_ids(prompt, 12, V);
+    sequential(m, NULL, prompt, 12, 8, seq);
+    dsv41_session *s = dsv41_session_new(m);
+    dsv41_session_forward(s, prompt, 12, NULL, NULL);
+    dsv41_session_forward(s, seq, 1, NULL, NULL);
+    memcpy(ids, seq + 1, sizeof ids);
+    int32_t kept = dsv41_session_verify(s, ids, 5, pick_two, &calls, &next);
+    int ok = V == 64 && kept == 1 && next == seq[3] && calls == 2 && dsv41_session_pos(s) == 15 && same_as_sequential(m, s, prompt, 12, seq);
+    dsv41_session_free(s);
+    return ok;
+}
+
 int main(void) {
     dsv41_model *tiny = dsv41_model_builtin(), *dm = model_from_config_file("models/tiny_dspark.json");
     CHECK(tiny && dm, "the models load");
@@ -238,6 +262,7 @@ int main(void) {
     CHECK(batch_sweep(dm, 0, 3) == 0 && batch_sweep(dm, 0, 5) == 0,
           "one batch verify a round for 5 modes and a decoding session: each emits its greedy ids");
     CHECK(batch_sweep(dm, 1, 3) == 0, "the same sampled: each emits its sequential draws");
+    CHECK(last_cuts(dm), "a pick that ends the reply ends the block: the drafts after it are not fed");
 
     const char *sets[8];
     int32_t ns = dsv41_kernel_sets(sets, 8);
