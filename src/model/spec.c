@@ -105,14 +105,6 @@ static int32_t pick_next(const dsv41_session *s, dsv41_pick_fn pick, void *ctx, 
     return t;
 }
 
-/* Speculative sampling. The standard rule accepts draft d with probability min(1, p(d) / q(d))
- * (p the target's filtered distribution at the row, q the drafter's) and on a rejection draws
- * from normalize(max(0, p - q)). The drafter here is greedy, so q is one-hot on d: d is accepted
- * with probability p(d), and a rejection draws x != d with probability p(x) / (1 - p(d)). Drawing
- * x from p and accepting d exactly when x == d is that rule: P(x == d) = p(d), and given
- * x != d, x has that residual law. So each row is one ordinary draw of the caller's pick, in
- * order, on the logits a one-token step would give: the emitted tokens are the ones token-by-
- * token decoding with the same sampler (seed, stream position) emits, not only their law. */
 /* Why session s cannot verify n rows now (set as the error), or 0 */
 static int verify_refused(const dsv41_session *s, int32_t n) {
     const config *c = &s->m->cfg;
@@ -124,7 +116,16 @@ static int verify_refused(const dsv41_session *s, int32_t n) {
     return 0;
 }
 
-/* The verifies of count sessions in one forward (see dsv41_batch_verify). Each session's block
+/* Speculative sampling. The standard rule accepts draft d with probability min(1, p(d) / q(d))
+ * (p the target's filtered distribution at the row, q the drafter's) and on a rejection draws
+ * from normalize(max(0, p - q)). The drafter here is greedy, so q is one-hot on d: d is accepted
+ * with probability p(d), and a rejection draws x != d with probability p(x) / (1 - p(d)). Drawing
+ * x from p and accepting d exactly when x == d is that rule: P(x == d) = p(d), and given
+ * x != d, x has that residual law. So each row is one ordinary draw of the caller's pick, in
+ * order, on the logits a one-token step would give: the emitted tokens are the ones token-by-
+ * token decoding with the same sampler (seed, stream position) emits, not only their law.
+ *
+ * The verifies of count sessions in one forward (see dsv41_batch_verify). Each session's block
  * starts its journal; one whose block cannot run yet (too early for the index keys) feeds its
  * first id alone, as a decode step, when plain allows it, else the call fails untouched. Then
  * each session's picks, in row order, keep the drafts that equal them and the rest is rolled
