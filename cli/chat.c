@@ -71,59 +71,112 @@ static int feed_text(chat_state *c, const char *text) {
     return rc ? fail(dsv41_error()) : 0;
 }
 
-/* Samples until EOS, a stop string, the limit, the context or Ctrl-C; streams the text.
- * Returns 1 when the reply ended with EOS (which is not fed: the next turn's text closes the
- * reply), 0 when it was cut, -1 on error. */
-static int reply(chat_state *c, const gen_opts *o) {
-    char out[256], *text = NULL;
-    size_t len = 0, printed = 0, cap = 0;
-    dsv41_utf8_stream st = {{0}, 0};
-    int64_t limit = o->n_new >= 0 ? o->n_new : (int64_t)c->ctx;
-    int ended = 0;
-    double t0 = now_s();
-    for (int64_t i = 0; i < limit && !cli_signal; i++) {
-        int32_t pos = dsv41_session_pos(c->s);
-        if (dsv41_apply_penalties(&o->sp, c->hist, pos, c->logits, c->V)) { free(text); return fail(dsv41_error()), -1; }
-        int32_t next = dsv41_sample(c->smp, c->logits);
-        if (next == c->eos) { ended = 1; break; }
-        if (pos + 1 >= c->ctx) {
-            fprintf(stderr, "\nnote: the context of %d tokens is full\n", c->ctx);
-            break;
-        }
-        c->hist[pos] = next;
-        if (dsv41_session_forward(c->s, &next, 1, c->logits, NULL)) {
-            if (cli_signal) break; /* the signal cancelled this step: the reply ends here */
-            free(text);
-            return fail(dsv41_error()), -1;
-        }
-        c->gen_tokens++;
-        int shown = o->special || dsv41_token_in_reply(c->tk, next);
-        int64_t n = shown ? dsv41_detokenize(c->tk, &st, next, out, sizeof out) : 0;
-        if (n < 0) n = 0;
-        if (len + (size_t)n + 1 > cap) {
-            cap = (len + (size_t)n + 1) * 2;
-            char *nt = realloc(text, cap);
-            if (!nt) { free(text); return fail("out of memory"), -1; }
-            text = nt;
-        }
-        memcpy(text + len, out, (size_t)n);
-        size_t held, prev = len;
-        len += (size_t)n;
-        int64_t cut = dsv41_stop_find(text, len, prev, (const char *const *)o->stops.v, o->stops.n, &held);
-        int stop = cut >= 0;
-        if (stop) len = (size_t)cut;
-        size_t safe = len - held;
-        if (safe > printed) fwrite(text + printed, 1, safe - printed, stdout), printed = safe;
-        fflush(stdout);
-        if (stop) break;
+/* A reply being generated: its text, how much of it is out, and how it ended. */
+typedef struct {
+    chat_state *c;
+    const gen_opts *o;
+    char *text;                 /* [cap] the reply's text, cut before a stop string */
+    size_t len, printed, cap;   /* bytes of text, of those printed, of room */
+    dsv41_utf8_stream st;       /* a character split across tokens */
+    int64_t taken, limit;       /* tokens in the reply; the most it takes */
+    int end;                    /* TAKE_* of the token that ended it; TAKE_ON while it goes on */
+    int eos;                    /* it ended with EOS */
+} reply_state;
+
+/* What a picked token does to the reply: it goes on; it ends without the token (EOS, or no room
+ * in the context: the token is not fed); it ends with the token (a stop string, the limit: the
+ * token is fed, as every token of a reply is); or out of memory. */
+enum { TAKE_ON, TAKE_DROP, TAKE_FEED, TAKE_ERROR };
+
+/* The token picked for position pos joins the reply: its text is streamed up to what a stop
+ * string could still take back. */
+static int take(reply_state *r, int32_t tok, int32_t pos) {
+    chat_state *c = r->c;
+    const gen_opts *o = r->o;
+    if (tok == c->eos) return r->eos = 1, TAKE_DROP;
+    if (pos + 1 >= c->ctx) {
+        fprintf(stderr, "\nnote: the context of %d tokens is full\n", c->ctx);
+        return TAKE_DROP;
     }
-    if (len > printed) fwrite(text + printed, 1, len - printed, stdout); /* what could have begun a stop string */
-    if (st.n > 0) fputs("\xEF\xBF\xBD", stdout); /* a character the reply cut */
+    c->hist[pos] = tok;
+    c->gen_tokens++;
+    r->taken++;
+    char out[256];
+    int shown = o->special || dsv41_token_in_reply(c->tk, tok);
+    int64_t n = shown ? dsv41_detokenize(c->tk, &r->st, tok, out, sizeof out) : 0;
+    if (n < 0) n = 0;
+    if (r->len + (size_t)n + 1 > r->cap) {
+        size_t cap = (r->len + (size_t)n + 1) * 2;
+        char *nt = realloc(r->text, cap);
+        if (!nt) return TAKE_ERROR;
+        r->text = nt, r->cap = cap;
+    }
+    memcpy(r->text + r->len, out, (size_t)n);
+    size_t held, prev = r->len;
+    r->len += (size_t)n;
+    int64_t cut = dsv41_stop_find(r->text, r->len, prev, (const char *const *)o->stops.v, o->stops.n, &held);
+    if (cut >= 0) r->len = (size_t)cut;
+    size_t safe = r->len - held;
+    if (safe > r->printed) fwrite(r->text + r->printed, 1, safe - r->printed, stdout), r->printed = safe;
+    fflush(stdout);
+    return cut >= 0 || r->taken >= r->limit ? TAKE_FEED : TAKE_ON;
+}
+
+/* The dsv41_pick_fn of a reply: the sampler's pick (penalties, then a draw), taken into the
+ * reply; a token that ends it ends the speculative block there too, so the session feeds
+ * exactly what one-token decoding feeds. */
+static int32_t pick(void *ctx, float *logits, const int32_t *history, int32_t n, int *last) {
+    reply_state *r = ctx;
+    int32_t tok = dsv41_sample_pick(r->c->smp, logits, history, n, NULL);
+    if (tok < 0 || (r->end = take(r, tok, n)) == TAKE_ERROR) return -1;
+    *last = r->end != TAKE_ON;
+    return tok;
+}
+
+/* Samples until EOS, a stop string, the limit, the context or Ctrl-C; streams the text. With
+ * --draft the tokens come by speculative rounds, the same tokens. Returns 1 when the reply ended
+ * with EOS (which is not fed: the next turn's text closes the reply), 0 when it was cut, -1 on
+ * error. */
+static int reply(chat_state *c, const gen_opts *o) {
+    reply_state r = {.c = c, .o = o, .limit = o->n_new >= 0 ? o->n_new : (int64_t)c->ctx};
+    int32_t *out = o->draft ? malloc((size_t)(o->draft + 1) * sizeof *out) : NULL, next = -1; /* next: picked, not fed */
+    int rc = o->draft && !out ? fail("out of memory") : 0, last = 0;
+    double t0 = now_s();
+    while (rc == 0) {
+        int32_t pos = dsv41_session_pos(c->s);
+        if (cli_signal) {
+            if (next < 0) break;
+            if (r.end == TAKE_ON) r.end = TAKE_FEED;
+        }
+        if (next < 0 && r.taken >= r.limit) break;
+        if (next < 0 && (next = pick(&r, c->logits, c->hist, pos, &last)) < 0) { rc = fail(dsv41_error()); break; }
+        if (r.end == TAKE_DROP) break;
+        int64_t nd = r.end == TAKE_ON ? o->draft : 0;
+        nd = nd < r.limit - r.taken ? nd : r.limit - r.taken;
+        nd = nd < c->ctx - pos - 2 ? nd : c->ctx - pos - 2;
+        if (nd > 0) { /* feeds next and the drafts kept; picks the token after them */
+            int32_t got = dsv41_session_speculate(c->s, next, (int32_t)nd, pick, &r, out, NULL);
+            if (got < 0) { rc = r.end == TAKE_ERROR ? fail("out of memory") : fail(dsv41_error()); break; }
+            memcpy(c->logits, dsv41_session_logits(c->s), (size_t)c->V * sizeof *c->logits);
+            next = out[got - 1];
+            continue;
+        }
+        if (dsv41_session_forward(c->s, &next, 1, c->logits, NULL)) {
+            if (!cli_signal) rc = fail(dsv41_error());
+            break; /* a signal cancelled this step: the reply ends here */
+        }
+        next = -1;
+        if (r.end != TAKE_ON) break;
+    }
+    free(out);
+    if (rc) { free(r.text); return -1; }
+    if (r.len > r.printed) fwrite(r.text + r.printed, 1, r.len - r.printed, stdout); /* what could have begun a stop string */
+    if (r.st.n > 0) fputs("\xEF\xBF\xBD", stdout); /* a character the reply cut */
     printf("\n");
     fflush(stdout);
     c->gen_s += now_s() - t0;
-    free(text);
-    return ended;
+    free(r.text);
+    return r.eos;
 }
 
 static void stats(const chat_state *c) {

@@ -45,19 +45,21 @@ static int run_ids(const gen_opts *o) {
     if (rc == 0 && dsv41_session_forward(s, hist, n_ids, logits, NULL)) rc = fail(dsv41_error());
     if (rc == 0) gen_note_seed(o);
     double t1 = now_s();
-    int64_t done = 0, rounds = 0;
+    int64_t done = 0, rounds = 0, n_drafted = 0, n_kept = 0;
     if (rc == 0 && o->draft > 0 && n_new > 0) { /* speculative rounds: the same ids, several a forward */
-        int32_t *out = malloc((size_t)(o->draft + 1) * sizeof *out), anchor = dsv41_sample(smp, logits);
-        if (!out) rc = fail("out of memory");
+        int32_t *out = malloc((size_t)(o->draft + 1) * sizeof *out), anchor = dsv41_sample_pick(smp, logits, hist, n_ids, NULL);
+        if (!out || anchor < 0) rc = fail(out ? dsv41_error() : "out of memory");
         else printf("%d", anchor);
         for (done = 1; rc == 0 && done < n_new && !cli_signal; rounds++) {
             int64_t room = n_new - done - 1;
-            int32_t got = dsv41_session_speculate(s, anchor, room < o->draft ? (int32_t)room : o->draft, out);
+            int32_t drafted, got = dsv41_session_speculate(s, anchor, room < o->draft ? (int32_t)room : o->draft, dsv41_sample_pick, smp, out,
+                                                            &drafted);
             if (got < 0) { rc = fail(dsv41_error()); break; }
             for (int32_t i = 0; i < got; i++) printf(",%d", out[i]);
             fflush(stdout);
             done += got;
             anchor = out[got - 1];
+            n_drafted += drafted, n_kept += got - 1;
         }
         free(out);
     }
@@ -76,8 +78,10 @@ static int run_ids(const gen_opts *o) {
         double gen = done > 1 ? (double)(done - 1) / (t2 - t1) : 0.0;
         fprintf(stderr, "prompt: %d tokens, %.1f tok/s | generated: %lld tokens, %.1f tok/s\n", n_ids, n_ids / (t1 - t0),
                 (long long)done, gen);
-        if (rounds) fprintf(stderr, "speculative: %lld forwards for %lld tokens (%.2f a forward)\n", (long long)rounds,
-                            (long long)(done - 1), (double)(done - 1) / (double)rounds);
+        if (rounds)
+            fprintf(stderr, "speculative: %lld forwards for %lld tokens (%.2f a forward), %lld drafts, %lld accepted\n",
+                    (long long)rounds, (long long)(done - 1), (double)(done - 1) / (double)rounds, (long long)n_drafted,
+                    (long long)n_kept);
     }
     free(logits);
     free(hist);

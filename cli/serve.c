@@ -19,7 +19,7 @@
 
 int cmd_serve(int argc, char **argv) {
     const char *dir = NULL, *host = "127.0.0.1", *key = NULL, *kernels = NULL, *slot_dir = NULL;
-    int32_t port = 8080, slots = 1, ctx = 0, threads = 0, timeout = 600, queue = 64, snaps = 4;
+    int32_t port = 8080, slots = 1, ctx = 0, threads = 0, timeout = 600, queue = 64, snaps = 4, draft = 0;
     const cli_opt opts[] = {
         {"-m|--model", "DIR", OPT_STR, &dir, 0, 0, NULL, OPT_REQUIRED, "the checkpoint to serve (with its tokenizer.json)"},
         {"--host", "ADDR", OPT_STR, &host, 0, 0, NULL, "127.0.0.1", "the address to bind"},
@@ -32,6 +32,8 @@ int cmd_serve(int argc, char **argv) {
         {"--queue", "N", OPT_I32, &queue, 1, 1000000000, NULL, "64", "requests that may wait for a slot (then 503)"},
         {"--slot-snapshots", "N", OPT_I32, &snaps, 0, 1000, NULL, "4", "states kept per slot for the prompt cache"},
         {"--slot-save-path", "DIR", OPT_STR, &slot_dir, 0, 0, NULL, "none", "the folder of slot files (POST /slots/ID)"},
+        {"--draft", "N", OPT_I32, &draft, 0, 64, NULL, "0, off",
+         "speculative decoding with the model's DSpark drafter, N drafts a block (the same replies)"},
         OPT_KERNELS(&kernels),
     };
     const cli_cmd cmd = {.name = "serve",
@@ -106,7 +108,7 @@ int cmd_serve(int argc, char **argv) {
 
     int bound = 0;
     struct MHD_Daemon *d = NULL;
-    sv.sched = sched_start(m, tk, (int32_t)slots, (int32_t)snaps, (int32_t)queue, sv.ctx);
+    sv.sched = sched_start(m, tk, (int32_t)slots, (int32_t)snaps, (int32_t)queue, sv.ctx, draft);
     if (sv.sched) d = http_start(&sv, host, (int)port, (int)timeout, &bound);
     if (d) {
         fprintf(stderr, "dsv41 serve: %s on http://%s:%d (%d slots, context %d tokens)\n", sv.model_name, host, bound, slots, sv.ctx);

@@ -137,20 +137,44 @@ int32_t dsv41_model_draft_size(const dsv41_model *m);
  * NULL) the drafter's logits of each and confidence [n] (or NULL) its confidence logits. Needs
  * a session that fed at least one token after its prefill. s is not advanced. */
 int dsv41_session_draft(dsv41_session *s, int32_t anchor, int32_t n, int32_t *ids, float *logits, float *confidence);
-/* Speculative decoding's verify, greedy: feeds ids[0] (the token picked from s's last logits)
- * and the drafts ids[1..n-1] as n rows of one forward, keeps ids[0] and the drafts greedy
- * decoding would have fed (each the argmax of the row before it) and returns how many drafts
- * that is. s is then exactly as if the kept tokens had been fed one at a time, its logits those
- * of the last kept one. n is at most the model's window; -1 when the call cannot verify (too
- * close to the start of the sequence, past the context): decode one token then. */
-int32_t dsv41_session_verify(dsv41_session *s, const int32_t *ids, int32_t n);
-/* One round of greedy speculative decoding: anchor is the token picked from s's last logits
- * (not fed yet); the drafter proposes up to n_draft tokens (at most its block), one verify keeps
- * those greedy decoding would feed, and out [n_draft + 1] gets the tokens greedy decoding picks
- * next: the kept drafts, then the pick after them (the next anchor). Returns their count. Where
- * no block can be drafted or verified (the step after a prefill, the end of the context, no
- * drafter, n_draft 0) it is one plain step: the anchor fed, one token out. */
-int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draft, int32_t *out);
+/* How speculative decoding picks the token after a row: logits [vocab_size] are the row's (a
+ * copy the function may change, e.g. by penalties), history [n] the ids fed up to and including
+ * the row (prompt and output, oldest first). Returns the token, or -1 to fail the call. Setting
+ * *last (0 on entry) ends the block at this token: it is returned as the next token and not fed,
+ * even when it equals the next draft (a reply that ends at it). dsv41_sample_pick is the pick
+ * of a sampler; NULL is greedy (the row's argmax, no penalties). */
+typedef int32_t (*dsv41_pick_fn)(void *ctx, float *logits, const int32_t *history, int32_t n, int *last);
+/* Speculative decoding's verify: feeds ids[0] (the token picked from s's last logits) and the
+ * drafts ids[1..n-1] as n rows of one forward, picks the token after each row in order, keeps
+ * each draft that equals the pick before it (up to the first that does not) and returns how
+ * many drafts that is; *next (when not NULL) gets the pick after the last kept row. Picks are
+ * made exactly as token-by-token decoding makes them, on bit-identical logits, so the kept
+ * drafts and next are the tokens it would emit (with a sampler: the same seed gives the same
+ * tokens; a sampler's draw accepting a greedy draft is speculative sampling's rule, see spec.c).
+ * s is then exactly as if the kept tokens had been fed one at a time, its logits those of the
+ * last kept one. n is at most the model's window; -1 when the call cannot verify (too close to
+ * the start of the sequence, past the context: decode one token then), or when pick fails (s
+ * then holds the rows before the failing pick: dsv41_session_pos). */
+int32_t dsv41_session_verify(dsv41_session *s, const int32_t *ids, int32_t n, dsv41_pick_fn pick, void *ctx, int32_t *next);
+/* The verifies of several sessions of one model in one forward, as dsv41_batch_forward batches
+ * decode steps: session s[i] feeds ids[i] [n[i]] (its picked token, then n[i] - 1 drafts; n[i]
+ * 1 is a decode step) and gets what dsv41_session_verify would give it alone: kept[i] drafts
+ * kept and next[i] the pick after them, made by pick with ctx[i] (ctx NULL: NULL for all). A
+ * session whose block cannot be verified yet (too close to the start) feeds ids[i][0] alone.
+ * The sessions must be distinct. Returns 0, or -1 with no session changed when an input is
+ * wrong, or after a failing pick (that session then holds the rows before it; the others are
+ * complete). */
+int dsv41_batch_verify(dsv41_session *const *s, const int32_t *const *ids, const int32_t *n, int32_t count, dsv41_pick_fn pick,
+                       void *const *ctx, int32_t *kept, int32_t *next);
+/* One round of speculative decoding: anchor is the token picked from s's last logits (not fed
+ * yet); the drafter proposes up to n_draft tokens (at most its block), one verify keeps those
+ * decoding would feed, and out [n_draft + 1] gets the tokens decoding picks next: the kept
+ * drafts, then the pick after them (the next anchor, not fed). Returns their count, or -1;
+ * *drafted (when not NULL) gets how many drafts the verify checked. Where no block can be
+ * drafted or verified (the step after a prefill, the end of the context, no drafter, n_draft 0)
+ * it is one plain step: the anchor fed, one token picked, no draft. */
+int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draft, dsv41_pick_fn pick, void *ctx, int32_t *out,
+                                int32_t *drafted);
 /* Writes s to path as one self-checking file: a magic and format version, the identity of the
  * model (its config and a checksum of its weights), the ids, every piece of state and a checksum
  * of the whole. The file appears whole or not at all (written under a temporary name, synced,
@@ -201,6 +225,9 @@ typedef struct dsv41_sampler dsv41_sampler;
 dsv41_sampler *dsv41_sampler_new(const dsv41_sampler_params *p, int32_t vocab_size);
 void dsv41_sampler_free(dsv41_sampler *s);
 int32_t dsv41_sample(dsv41_sampler *s, const float *logits);
+/* A dsv41_pick_fn for speculative decoding with sampler (a dsv41_sampler *): applies its
+ * parameters' penalties for history, then dsv41_sample. */
+int32_t dsv41_sample_pick(void *sampler, float *logits, const int32_t *history, int32_t n, int *last);
 /* The sampler's random stream position, and setting it back: a saved conversation restores it
  * so that its next draws are the ones the original would make. */
 uint64_t dsv41_sampler_state(const dsv41_sampler *s);

@@ -346,10 +346,12 @@ void api_split_reply(const gen *g, reply_split *r) {
     if (!r->calls) r->content_end = len; /* a broken block stays text, with the whitespace before it */
 }
 
+/* The usage, and llama.cpp's timings member with the speculative counts (drafts checked by a
+ * verify, and of those the ones kept) */
 static void put_usage(jbuf *o, const job *j) {
     jb_printf(o, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
-                 "\"prompt_tokens_details\":{\"cached_tokens\":%d}}",
-              j->n_prompt, j->n_gen, j->n_prompt + j->n_gen, j->n_cached);
+                 "\"prompt_tokens_details\":{\"cached_tokens\":%d}},\"timings\":{\"draft_n\":%d,\"draft_n_accepted\":%d}",
+              j->n_prompt, j->n_gen, j->n_prompt + j->n_gen, j->n_cached, j->n_drafted, j->n_accepted);
 }
 
 /* The tool calls of a reply in OpenAI's shape, "tool_calls":[...], with ids made from the

@@ -34,6 +34,8 @@ typedef struct job {
     int32_t *ids;             /* [n_gen] the generated token ids (an EOS is not one) */
     int32_t n_gen, cap_ids;   /* tokens generated; room in marks and ids */
     int32_t n_cached;         /* prompt tokens reused from the slot's cache, not computed */
+    int32_t n_drafted;        /* speculative drafts its verifies checked */
+    int32_t n_accepted;       /* of those, the ones kept */
     int32_t slot;             /* the slot that serves it, -1 until one does */
     job_end end;              /* END_NONE while the job runs */
     int stop_hit;             /* the stop string (an index in stops) that ended the reply, -1: none */

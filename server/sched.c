@@ -37,12 +37,14 @@ typedef struct {
     dsv41_utf8_stream utf8; /* the job's characters split across tokens */
     int32_t next;           /* the sampled token this step feeds */
     _Atomic int32_t prefill_layers; /* layers a long prefill running alone has done, -1: none (for /slots) */
+    int picked;             /* next was picked (and handed to the job) by a speculative round */
 } slot;
 
 struct sched {
     dsv41_model *model;
     const dsv41_tokenizer *tok;
     int32_t vocab, eos, ctx;
+    int32_t draft;             /* drafts a speculative round, 0: off */
     slot *slots;               /* [n_slots] */
     int32_t n_slots, n_snaps;  /* snapshots per slot */
     job *head, *tail;          /* waiting requests, oldest first */
@@ -61,11 +63,13 @@ struct sched {
     int32_t *b_n;
     float **b_logits;
     slot **b_slot;
+    slot **spec;               /* [n_slots] the step's slots that decode by a speculative round */
     /* counters since start */
     uint64_t prompt_tokens, gen_tokens, cached_tokens; /* prompt tokens computed, generated, reused */
     uint64_t cold_tokens;                              /* of the prompt tokens, those of cold prefills */
     uint64_t steps, batched_tokens;                    /* forward calls, tokens they fed */
     int32_t last_batch;                                /* sessions in the latest step */
+    uint64_t drafted, accepted;                        /* speculative drafts verified, and kept */
     double prefill_s, decode_s; /* seconds in steps with a cold prefill, and in the others */
 };
 
@@ -262,6 +266,7 @@ static const char *start(sched *s, slot *sl) {
     } else if (k == 0 && dsv41_session_pos(sl->session) > 0 && dsv41_session_reset(sl->session))
         return dsv41_error();
     memset(&sl->utf8, 0, sizeof sl->utf8);
+    sl->picked = 0;
     if (k == j->n_prompt) {
         memcpy(sl->logits, dsv41_session_logits(sl->session), (size_t)s->vocab * sizeof *sl->logits);
         keep_snapshot(s, sl, 0);
@@ -275,11 +280,10 @@ static const char *start(sched *s, slot *sl) {
     return NULL;
 }
 
-/* Samples the slot's next token and hands its text to the job; 1 when the token is to be fed
- * (the reply goes on), 0 when the job ended. */
-static int sample_next(sched *s, slot *sl) {
+/* Hands token id, picked for position pos, and its text to the slot's job: END_NONE when the
+ * reply goes on (id is to be fed), else how the job ends (the caller ends it). */
+static job_end take_token(sched *s, slot *sl, int32_t id, int32_t pos) {
     job *j = sl->job;
-    int32_t id = dsv41_sample(sl->sampler, sl->logits);
     char piece[4096];
     int shown = id != s->eos && (j->special || dsv41_token_in_reply(s->tok, id));
     int64_t n = shown ? dsv41_detokenize(s->tok, &sl->utf8, id, piece, sizeof piece) : 0;
@@ -287,11 +291,100 @@ static int sample_next(sched *s, slot *sl) {
     int stop = id == s->eos ? 1 : job_append(j, id, piece, n > 0 ? (size_t)n : 0);
     s->gen_tokens += id != s->eos;
     pthread_cond_broadcast(&j->changed);
-    int more = !stop && j->n_gen < j->max_tokens && dsv41_session_pos(sl->session) + 1 < s->ctx;
-    if (!more) finish(s, sl, stop < 0 ? END_ERROR : stop ? END_STOP : END_LENGTH, stop < 0 ? "out of memory" : NULL);
+    int more = !stop && j->n_gen < j->max_tokens && pos + 1 < s->ctx;
     sched_unlock(s);
     sl->next = id;
-    return more;
+    return more ? END_NONE : stop < 0 ? END_ERROR : stop ? END_STOP : END_LENGTH;
+}
+
+/* With the lock held: ends the slot's job as take_token said. */
+static void end_job(sched *s, slot *sl, job_end end) { finish(s, sl, end, end == END_ERROR ? "out of memory" : NULL); }
+
+/* Samples the slot's next token (unless a speculative round picked it already) and hands its
+ * text to the job; 1 when the token is to be fed (the reply goes on), 0 when the job ended. */
+static int sample_next(sched *s, slot *sl) {
+    if (sl->picked) {
+        sl->picked = 0;
+        return 1;
+    }
+    job_end end = take_token(s, sl, dsv41_sample(sl->sampler, sl->logits), dsv41_session_pos(sl->session));
+    if (end != END_NONE) {
+        sched_lock(s);
+        end_job(s, sl, end);
+        sched_unlock(s);
+    }
+    return end == END_NONE;
+}
+
+/* A speculative round's picks: each is the slot's next token, drawn as sample_next draws it;
+ * the one that ends the reply ends the block, so the session feeds what plain steps feed. */
+typedef struct {
+    sched *s;
+    slot *sl;
+    job_end end; /* how the picks ended the job, END_NONE: they did not */
+} round_ctx;
+
+static int32_t pick_token(void *ctx, float *logits, const int32_t *history, int32_t n, int *last) {
+    round_ctx *r = ctx;
+    (void)history;
+    int32_t id = dsv41_sample(r->sl->sampler, logits);
+    *last = (r->end = take_token(r->s, r->sl, id, n)) != END_NONE;
+    return id;
+}
+
+/* The speculative rounds of the step's decoding slots, in one forward: each feeds its picked
+ * token and the drafts its drafter proposes (a decode step where it proposes none); the drafts
+ * kept are the slot's next tokens, and the token picked after them waits for the next step
+ * (sl->picked). */
+static void spec_step(sched *s, int32_t count) {
+    int32_t *rows = malloc((size_t)count * (s->draft + 1) * sizeof *rows), *kept = malloc((size_t)count * 3 * sizeof *kept);
+    round_ctx *r = malloc((size_t)count * sizeof *r);
+    void **ctx = malloc((size_t)count * sizeof *ctx);
+    const char *err = rows && kept && r && ctx ? NULL : "out of memory";
+    int32_t *next = kept + count, *n = kept + 2 * count;
+    for (int32_t i = 0; !err && i < count; i++) {
+        slot *sl = s->spec[i];
+        int32_t pos = dsv41_session_pos(sl->session), *ids = rows + (int64_t)i * (s->draft + 1);
+        int64_t nd = s->draft, room = (int64_t)sl->job->max_tokens - sl->job->n_gen - 1;
+        nd = nd < room ? nd : room;
+        nd = nd < s->ctx - pos - 2 ? nd : s->ctx - pos - 2;
+        nd = nd < dsv41_model_draft_size(s->model) ? nd : dsv41_model_draft_size(s->model);
+        ids[0] = sl->next;
+        n[i] = 1 + (nd > 0 && !dsv41_session_draft(sl->session, sl->next, (int32_t)nd, ids + 1, NULL, NULL) ? (int32_t)nd : 0);
+        r[i] = (round_ctx){s, sl, END_NONE};
+        ctx[i] = &r[i];
+        s->b_sess[i] = sl->session, s->b_ids[i] = ids;
+    }
+    double t0 = now_s();
+    if (!err && dsv41_batch_verify(s->b_sess, s->b_ids, n, count, pick_token, ctx, kept, next)) err = dsv41_error();
+    double dt = now_s() - t0;
+    for (int32_t i = 0; i < count; i++) {
+        slot *sl = s->spec[i];
+        if (err) dsv41_session_reset(sl->session); /* its state is not known: nothing is cached */
+        else memcpy(sl->logits, dsv41_session_logits(sl->session), (size_t)s->vocab * sizeof *sl->logits);
+    }
+    sched_lock(s);
+    s->steps++;
+    s->last_batch = count;
+    s->decode_s += dt;
+    for (int32_t i = 0; i < count; i++) {
+        slot *sl = s->spec[i];
+        sl->n_tokens = dsv41_session_pos(sl->session);
+        if (err) {
+            if (sl->job) finish(s, sl, END_ERROR, err);
+            continue;
+        }
+        s->batched_tokens += (uint64_t)(kept[i] + 1);
+        s->drafted += (uint64_t)(n[i] - 1), s->accepted += (uint64_t)kept[i];
+        sl->job->n_drafted += n[i] - 1, sl->job->n_accepted += kept[i];
+        if (r[i].end != END_NONE) end_job(s, sl, r[i].end);
+        else sl->picked = 1;
+    }
+    sched_unlock(s);
+    free(rows);
+    free(kept);
+    free(r);
+    free(ctx);
 }
 
 /* The step's batch call over b_*[0, count): cold is the slot of the cold prefill among them
@@ -374,7 +467,7 @@ static void prefill_alone(sched *s, slot *sl) {
  * went in keep a snapshot. */
 static void step(sched *s) {
     DSV41_ASSERT(on_runner(s) && !holds_lock(s));
-    int32_t count = 0, cold = -1, cold_n = 0, prompt_tokens = 0, sampled = 0;
+    int32_t count = 0, cold = -1, cold_n = 0, prompt_tokens = 0, sampled = 0, n_spec = 0;
     /* slot->job changes only on this thread, so it is read here without the lock */
     for (int32_t i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
@@ -400,8 +493,11 @@ static void step(sched *s) {
         }
         const int32_t *ids = pos < j->n_prompt ? &j->prompt[pos] : &sl->next;
         if (pos < j->n_prompt) prompt_tokens++;
-        else if (sample_next(s, sl)) sampled++;
-        else continue;
+        else if (!sample_next(s, sl)) continue;
+        else if (s->draft > 0) {
+            s->spec[n_spec++] = sl;
+            continue;
+        } else sampled++;
         s->b_slot[count] = sl, s->b_sess[count] = sl->session, s->b_ids[count] = ids, s->b_n[count] = 1;
         s->b_logits[count++] = sl->logits;
     }
@@ -414,6 +510,7 @@ static void step(sched *s) {
         s->b_logits[count++] = sl->logits;
     }
     if (count) batch_step(s, count, cold, cold_n, prompt_tokens, sampled);
+    if (n_spec) spec_step(s, n_spec);
     if (alone) prefill_alone(s, alone);
 }
 
@@ -455,10 +552,11 @@ static void free_slots(sched *s) {
     free(s->b_n);
     free(s->b_logits);
     free(s->b_slot);
+    free(s->spec);
 }
 
 sched *sched_start(dsv41_model *m, const dsv41_tokenizer *tk, int32_t n_slots, int32_t n_snaps, int32_t max_waiting,
-                   int32_t ctx) {
+                   int32_t ctx, int32_t draft) {
     sched *s = calloc(1, sizeof *s);
     if (!s) {
         fprintf(stderr, "dsv41: serve: out of memory\n");
@@ -470,6 +568,7 @@ sched *sched_start(dsv41_model *m, const dsv41_tokenizer *tk, int32_t n_slots, i
     s->eos = dsv41_tokenizer_find(tk, "<｜end▁of▁sentence｜>");
     if (s->eos < 0) s->eos = 1;
     s->ctx = ctx;
+    s->draft = draft;
     s->n_slots = n_slots;
     s->n_snaps = n_snaps;
     s->max_waiting = max_waiting;
@@ -477,7 +576,8 @@ sched *sched_start(dsv41_model *m, const dsv41_tokenizer *tk, int32_t n_slots, i
     size_t n = (size_t)n_slots;
     int ok = (s->slots = calloc(n, sizeof *s->slots)) && (s->b_sess = calloc(n, sizeof *s->b_sess)) &&
              (s->b_ids = calloc(n, sizeof *s->b_ids)) && (s->b_n = calloc(n, sizeof *s->b_n)) &&
-             (s->b_logits = calloc(n, sizeof *s->b_logits)) && (s->b_slot = calloc(n, sizeof *s->b_slot));
+             (s->b_logits = calloc(n, sizeof *s->b_logits)) && (s->b_slot = calloc(n, sizeof *s->b_slot)) &&
+             (s->spec = calloc(n, sizeof *s->spec));
     for (int32_t i = 0; ok && i < n_slots; i++) {
         atomic_init(&s->slots[i].prefill_layers, -1);
         ok = (s->slots[i].logits = malloc((size_t)s->vocab * sizeof(float))) &&
@@ -593,6 +693,10 @@ void sched_metrics(sched *s, jbuf *out) {
               "# TYPE dsv41_prefill_tokens_per_second gauge\ndsv41_prefill_tokens_per_second %.3f\n"
               "# HELP dsv41_decode_tokens_per_second Generated tokens per second of the other steps, since start.\n"
               "# TYPE dsv41_decode_tokens_per_second gauge\ndsv41_decode_tokens_per_second %.3f\n"
+              "# HELP dsv41_draft_tokens_total Speculative drafts checked by a verify (serve --draft).\n"
+              "# TYPE dsv41_draft_tokens_total counter\ndsv41_draft_tokens_total %llu\n"
+              "# HELP dsv41_draft_accepted_tokens_total Speculative drafts kept.\n"
+              "# TYPE dsv41_draft_accepted_tokens_total counter\ndsv41_draft_accepted_tokens_total %llu\n"
               "# HELP dsv41_requests_waiting Requests waiting for a slot.\n# TYPE dsv41_requests_waiting gauge\n"
               "dsv41_requests_waiting %d\n"
               "# HELP dsv41_slots_busy Slots serving a request.\n# TYPE dsv41_slots_busy gauge\ndsv41_slots_busy %d\n"
@@ -600,6 +704,7 @@ void sched_metrics(sched *s, jbuf *out) {
               (unsigned long long)s->prompt_tokens, (unsigned long long)s->cached_tokens,
               (unsigned long long)s->gen_tokens, (unsigned long long)s->steps, (unsigned long long)s->batched_tokens,
               s->last_batch, s->prefill_s > 0 ? (double)s->cold_tokens / s->prefill_s : 0.0,
-              s->decode_s > 0 ? (double)s->gen_tokens / s->decode_s : 0.0, s->n_waiting, busy, s->n_slots);
+              s->decode_s > 0 ? (double)s->gen_tokens / s->decode_s : 0.0, (unsigned long long)s->drafted,
+              (unsigned long long)s->accepted, s->n_waiting, busy, s->n_slots);
     sched_unlock(s);
 }

@@ -6,7 +6,9 @@
  * gathers every busy slot that has a token to feed (a sampled token, or the next token of a
  * prompt that extends the slot's cached tokens) plus at most one cold prefill, and advances them
  * all with one dsv41_batch_forward call (a long prefill runs alone right after it, where a
- * cancel can stop it). A request's side (an HTTP connection thread) reads the
+ * cancel can stop it). With drafts (serve --draft) the slots that decode go through one
+ * dsv41_batch_verify call instead, each with its picked token and its drafter's drafts, and
+ * each reply is the one plain steps give. A request's side (an HTTP connection thread) reads the
  * job's progress under the scheduler's lock and waits on the job's condition variable. */
 #ifndef SERVE_SCHED_H
 #define SERVE_SCHED_H
@@ -23,10 +25,11 @@
 typedef struct sched sched;
 
 /* Starts the scheduler with n_slots sessions of m, each keeping up to n_snaps snapshots; ctx
- * bounds prompt plus reply; at most max_waiting requests wait for a slot. NULL with a message
- * on stderr on failure. */
+ * bounds prompt plus reply; at most max_waiting requests wait for a slot; draft > 0 decodes
+ * replies by speculative rounds of that many drafts (the same tokens). NULL with a message on
+ * stderr on failure. */
 sched *sched_start(dsv41_model *m, const dsv41_tokenizer *tk, int32_t n_slots, int32_t n_snaps, int32_t max_waiting,
-                   int32_t ctx);
+                   int32_t ctx, int32_t draft);
 /* Refuses new jobs from now on and cancels every queued and running one. */
 void sched_shutdown(sched *s);
 /* Shuts down, joins the thread and frees the slots (not the model or tokenizer). */
@@ -53,7 +56,8 @@ slot_result sched_slot_action(sched *s, int32_t id, slot_action action, const ch
 /* A JSON array of {"id", "busy", "n_tokens"}. */
 void sched_slots_json(sched *s, jbuf *out);
 
-/* Prometheus lines for tokens, speeds, the step's batch, waiting requests and busy slots. */
+/* Prometheus lines for tokens, speeds, the step's batch, speculative drafts, waiting requests and
+ * busy slots. */
 void sched_metrics(sched *s, jbuf *out);
 
 #endif

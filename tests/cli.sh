@@ -326,7 +326,16 @@ for dir in ds ds8; do
 done
 [ "$("$dsv41" run --ids 2,17,47 -n 12 --draft 3 2>/dev/null)" = "$("$dsv41" run --ids 2,17,47 -n 12 2>/dev/null)" ] && ok ||
     bad "run --draft on a model without a drafter decodes plainly"
-expect_error "run --draft with --temp" "$dsv41" run --ids 2 --draft 2 --temp 0.5
+# sampled (a seed, filters, a penalty): the same ids as plain sampled decoding with that seed
+samp="--temp 0.9 --top-k 12 --top-p 0.9 --repeat-penalty 1.2 -s 5"
+want=$("$dsv41" run -m "$tmp/ds" --ids 2,17,47,5,9,33,21,2,8,13 -n 30 $samp 2>/dev/null)
+for d in 2 5; do
+    got=$("$dsv41" run -m "$tmp/ds" --ids 2,17,47,5,9,33,21,2,8,13 -n 30 $samp --draft $d 2>/dev/null)
+    [ -n "$want" ] && [ "$got" = "$want" ] && ok || bad "sampled run --draft $d: '$got', plain run: '$want'"
+done
+"$dsv41" run -m "$tmp/ds" --ids 2,17,47,5,9,33,21,2,8,13 -n 20 --draft 3 2>&1 >/dev/null |
+    grep -q '^speculative: [0-9]* forwards for 19 tokens (.* a forward), [0-9]* drafts, [0-9]* accepted$' && ok ||
+    bad "run --draft reports its drafts"
 expect_error "run --draft 65" "$dsv41" run --ids 2 --draft 65
 out=$("$dsv41" bench -m "$tmp/ds" -t 1 --draft 3 --json 2>/dev/null)
 printf '%s' "$out" | python3 -c 'import json, sys; p = json.load(sys.stdin)["speculative"]

@@ -108,9 +108,9 @@ static int speculate(dsv41_session *d, outcome *o) {
         int32_t anchor = SEQ[PREFILL + 1], ids[NDRAFT + 1] = {anchor};
         if (feed(d, PREFILL + 1, NULL) || dsv41_session_draft(d, anchor, NDRAFT, o->drafts, NULL, NULL)) return -1;
         memcpy(ids + 1, o->drafts, sizeof o->drafts);
-        if ((o->kept = dsv41_session_verify(d, ids, NDRAFT + 1)) < 0) return -1;
+        if ((o->kept = dsv41_session_verify(d, ids, NDRAFT + 1, NULL, NULL, NULL)) < 0) return -1;
     }
-    if ((o->nspec = dsv41_session_speculate(d, SEQ[PREFILL + 3], NDRAFT, o->spec)) < 0) return -1;
+    if ((o->nspec = dsv41_session_speculate(d, SEQ[PREFILL + 3], NDRAFT, NULL, NULL, o->spec, NULL)) < 0) return -1;
     memcpy(o->d, dsv41_session_logits(d), sizeof o->d);
     return 0;
 }

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "files.h"
+#include "filler.h"
 #include "model.h"
 #include "testing.h"
 
@@ -133,10 +135,14 @@ static void test_damage(const dsv41_model *m) {
     write_bytes(bad, longer, n + 1);
     CHECK(refused(b, ref, bad, V), "a byte appended is refused");
     free(longer);
-    bytes[8] = 2; /* a future format version */
+    uint8_t version = bytes[8];
+    bytes[8] = 1; /* an older format version, then a future one */
     write_bytes(bad, bytes, n);
-    bytes[8] = 1;
-    CHECK(refused(b, ref, bad, V) && strstr(dsv41_error(), "version 2"), "a future version: %s", dsv41_error());
+    CHECK(refused(b, ref, bad, V) && strstr(dsv41_error(), "version 1"), "an older version: %s", dsv41_error());
+    bytes[8] = (uint8_t)(version + 1);
+    write_bytes(bad, bytes, n);
+    bytes[8] = version;
+    CHECK(refused(b, ref, bad, V) && strstr(dsv41_error(), "version"), "a future version: %s", dsv41_error());
     /* a crafted file with a valid checksum: counts a position cannot have, a top-k entry past
      * the cache; the fields are the header's (docs/SESSION_FORMAT.md) */
     static const struct { size_t at; int32_t value; const char *msg; } crafted[] = {
@@ -337,6 +343,51 @@ static dsv41_model *synth_model(const char *dtype) {
     return m;
 }
 
+/* A session of a model with DSpark stages restores its drafter: the loaded session drafts the
+ * block the saved one drafts (ids and logits bit for bit) and speculates alike; a crafted tap
+ * range is refused. */
+static void test_drafter(void) {
+    char path[128], bad[128];
+    snprintf(path, sizeof path, "%s/draft.session", tmpdir);
+    snprintf(bad, sizeof bad, "%s/draft_bad.session", tmpdir);
+    dsv41_model *m = model_from_config_file("models/tiny_dspark.json");
+    CHECK(m && dsv41_model_draft_size(m) > 0, "the tiny DSpark model");
+    if (!m) return;
+    int32_t V = dsv41_model_vocab_size(m), B = dsv41_model_draft_size(m), ids[16], da[8], db[8], oa[8], ob[8];
+    fill_ids(ids, 16, V, 9);
+    dsv41_session *a = dsv41_session_new(m), *b = dsv41_session_new(m);
+    dsv41_session_forward(a, ids, 10, NULL, NULL);
+    for (int32_t i = 10; i < 14; i++) dsv41_session_forward(a, ids + i, 1, NULL, NULL);
+    float *la = malloc((size_t)B * V * sizeof *la), *lb = malloc((size_t)B * V * sizeof *lb);
+    CHECK(dsv41_session_save(a, path) == 0 && dsv41_session_load(b, path) == 0, "save and load: %s", dsv41_error());
+    int ra = dsv41_session_draft(a, 5, B, da, la, NULL), rb = dsv41_session_draft(b, 5, B, db, lb, NULL);
+    CHECK(ra == 0 && rb == 0 && !memcmp(da, db, (size_t)B * sizeof *da) && !memcmp(la, lb, (size_t)B * V * sizeof *la),
+          "the loaded session drafts the saved one's block, ids and logits bit for bit");
+    int32_t na = dsv41_session_speculate(a, 5, 3, NULL, NULL, oa, NULL), nb = dsv41_session_speculate(b, 5, 3, NULL, NULL, ob, NULL);
+    CHECK(na > 0 && na == nb && !memcmp(oa, ob, (size_t)na * sizeof *oa) && same_view(a, b, V), "and speculates alike");
+    size_t n = 0;
+    char err[256];
+    uint8_t *bytes = (uint8_t *)file_read_all(path, &n, err, sizeof err);
+    const config *c = &m->cfg;
+    size_t section = 8 + 4 * ((size_t)c->window_size * c->dspark_n_targets * c->dim + (size_t)c->n_mtp_layers * c->window_size * c->head_dim);
+    for (int k = 0; bytes && k < 2; k++) { /* lo past hi, hi past the position */
+        size_t at = n - 8 - section + 4 * (size_t)k;
+        uint32_t v = k ? 99u : 20u;
+        for (int i = 0; i < 4; i++) bytes[at + i] = (uint8_t)(v >> 8 * i);
+        uint64_t sum = checksum64(bytes, n - 8);
+        for (int i = 0; i < 8; i++) bytes[n - 8 + i] = (uint8_t)(sum >> 8 * i);
+        write_bytes(bad, bytes, n);
+        CHECK(dsv41_session_load(b, bad) == -1 && strstr(dsv41_error(), "sizes"), "a crafted tap range (%d) is refused: %s", k,
+              dsv41_error());
+    }
+    free(bytes);
+    free(la);
+    free(lb);
+    dsv41_session_free(a);
+    dsv41_session_free(b);
+    dsv41_model_free(m);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/dsv41-sessfile-XXXXXX");
     if (!mkdtemp(tmpdir)) { CHECK(0, "temporary directory"); return test_summary(); }
@@ -348,6 +399,7 @@ int main(void) {
     test_user_data(m);
     test_damage(m);
     test_failed_saves(m);
+    test_drafter();
     dsv41_model *bf = synth_model("bf16"), *f8 = synth_model("fp8");
     if (bf) test_round_trip(bf, "bf16 geometry");
     if (bf) test_wrong_model(m, bf, "built-in into another geometry");

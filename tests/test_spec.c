@@ -1,14 +1,18 @@
-/* test_spec.c - speculative decoding emits exactly the tokens of token-by-token greedy decoding.
+/* test_spec.c - speculative decoding emits exactly the tokens of token-by-token decoding, greedy
+ * and sampled.
  *
- * Greedy decoding one token at a time is the reference (test_golden holds it to the golden).
+ * Decoding one token at a time is the reference (test_golden holds it to the golden): greedy,
+ * and sampled with a seed, temperature, top-k, top-p and a repeat penalty, where the verify's
+ * picks must be the draws the sequential sampler makes (the same seed, the same tokens).
  * Drafts are forced: the reference's own continuation (all accepted), with the last one
  * corrupted, the first, a different one each round, and the drafter's own; at several draft
  * counts and prompt lengths (the verify's first row at either phase of the ratio-2 groups, the
  * window ring of 8 wrapping many times in each run). Every run must emit the reference's ids,
  * and leave every cache as one-token decoding leaves it at the same position: window rings,
  * compressor tails, compressed rows and index keys (zero past the closed groups), the published
- * index-key cache, the Engram history, the logits, the drafter's next block. Then the same at
- * every kernel set and thread count. */
+ * index-key cache, the Engram history, the logits, the drafter's next block. The same with
+ * every mode in its own session and a decoding one, all verified by one batch call a round.
+ * Then the same at every kernel set and thread count. */
 #include <string.h>
 
 #include "filler.h"
@@ -28,27 +32,41 @@ static void prompt_ids(int32_t *p, int32_t n, int32_t V) {
     for (int32_t i = 0; i < n; i++) p[i] = (int32_t)((i * 37 + 11) % V);
 }
 
-/* The greedy ids after the prompt, one token at a time: seq [n] */
-static void greedy(const dsv41_model *m, const int32_t *prompt, int32_t np, int32_t n, int32_t *seq) {
+/* The sampling of the sampled runs (the greedy ones pick the argmax, no penalties) */
+static const dsv41_sampler_params SAMPLED = {.temperature = 0.9f, .top_k = 12, .top_p = 0.9f, .seed = 1234,
+                                             .repeat_penalty = 1.3f, .penalty_last_n = 16};
+
+/* The token after logits [V] at history [n]: the sampler's pick, or the argmax without one */
+static int32_t pick(dsv41_sampler *smp, const float *logits, const int32_t *history, int32_t n, int32_t V) {
+    float row[256];
+    memcpy(row, logits, (size_t)V * sizeof *row);
+    return smp ? dsv41_sample_pick(smp, row, history, n, NULL) : argmax(row, V);
+}
+
+/* The ids after the prompt, one token at a time (sampled with smp, else greedy): seq [n] */
+static void sequential(const dsv41_model *m, dsv41_sampler *smp, const int32_t *prompt, int32_t np, int32_t n, int32_t *seq) {
     dsv41_session *s = dsv41_session_new(m);
     float *lg = malloc((size_t)dsv41_model_vocab_size(m) * sizeof *lg);
     dsv41_session_forward(s, prompt, np, lg, NULL);
     for (int32_t i = 0; i < n; i++) {
-        seq[i] = argmax(lg, dsv41_model_vocab_size(m));
+        int32_t k;
+        const int32_t *hist = dsv41_session_tokens(s, &k);
+        seq[i] = pick(smp, lg, hist, k, dsv41_model_vocab_size(m));
         if (i + 1 < n) dsv41_session_forward(s, &seq[i], 1, lg, NULL);
     }
     free(lg);
     dsv41_session_free(s);
 }
 
-/* n ids by speculative rounds of k drafts in the given mode into out; the session is left in *sp */
-static int speculate(const dsv41_model *m, const int32_t *prompt, int32_t np, int32_t n, int32_t k, int mode,
+/* n ids by speculative rounds of k drafts in the given mode into out (picked by smp, else
+ * greedy); the session is left in *sp */
+static int speculate(const dsv41_model *m, dsv41_sampler *smp, const int32_t *prompt, int32_t np, int32_t n, int32_t k, int mode,
                      const int32_t *seq, int32_t *out, dsv41_session **sp) {
-    int32_t V = dsv41_model_vocab_size(m), e = 0, ids[16], round = 0;
+    int32_t V = dsv41_model_vocab_size(m), e = 0, ids[16], round = 0, next, pos;
     dsv41_session *s = *sp = dsv41_session_new(m);
     float *lg = malloc((size_t)V * sizeof *lg);
     if (dsv41_session_forward(s, prompt, np, lg, NULL)) return -1;
-    out[e++] = argmax(lg, V);
+    out[e++] = pick(smp, lg, prompt, np, V);
     while (e < n) {
         int32_t kk = k < n - e ? k : n - e, own[8];
         ids[0] = out[e - 1];
@@ -60,13 +78,14 @@ static int speculate(const dsv41_model *m, const int32_t *prompt, int32_t np, in
         int32_t bad = mode == LAST ? kk - 1 : mode == FIRST ? 0 : mode == ROTATE ? round % (kk > 0 ? kk : 1) : -1;
         if (bad >= 0 && bad < kk) ids[1 + bad] = (ids[1 + bad] + 1) % V;
         round++;
-        int32_t got = kk > 0 ? dsv41_session_verify(s, ids, kk + 1) : -1;
+        int32_t got = kk > 0 ? dsv41_session_verify(s, ids, kk + 1, smp ? dsv41_sample_pick : NULL, smp, &next) : -1;
         if (got < 0) { /* too early or too late for a block: one plain step */
             if (dsv41_session_forward(s, ids, 1, lg, NULL)) return -1;
             got = 0;
+            next = pick(smp, lg, dsv41_session_tokens(s, &pos), pos, V);
         }
         for (int32_t i = 0; i < got && e < n; i++) out[e++] = ids[1 + i];
-        if (e < n) out[e++] = argmax(dsv41_session_logits(s), V);
+        if (e < n) out[e++] = next;
     }
     free(lg);
     return 0;
@@ -115,36 +134,135 @@ static int same_as_sequential(const dsv41_model *m, dsv41_session *s, const int3
     return ok;
 }
 
-/* the modes below `modes`, the first nk draft counts and the first np prompt lengths on m;
- * returns the failures */
-static int sweep(const dsv41_model *m, const char *what, int modes, int nk, int np) {
+/* the modes below `modes`, the first nk draft counts and the first np prompt lengths on m,
+ * greedy or sampled; returns the failures */
+static int sweep(const dsv41_model *m, const char *what, int sampled, int modes, int nk, int np) {
     const int32_t ks[] = {5, 2, 1, 3, 7}, nps[] = {9, 10, 13};
     int32_t V = dsv41_model_vocab_size(m), n = 40, seq[64], out[64], prompt[16];
     int fails = 0;
     for (int pi = 0; pi < np; pi++) {
         prompt_ids(prompt, nps[pi], V);
-        greedy(m, prompt, nps[pi], n + 8, seq);
+        dsv41_sampler *ref = sampled ? dsv41_sampler_new(&SAMPLED, V) : NULL;
+        sequential(m, ref, prompt, nps[pi], n + 8, seq);
+        dsv41_sampler_free(ref);
         for (int mode = 0; mode < modes; mode++)
             for (int ki = 0; ki < nk; ki++) {
                 dsv41_session *s = NULL;
-                int ok = speculate(m, prompt, nps[pi], n, ks[ki], mode, seq, out, &s) == 0 &&
+                dsv41_sampler *smp = sampled ? dsv41_sampler_new(&SAMPLED, V) : NULL;
+                int ok = speculate(m, smp, prompt, nps[pi], n, ks[ki], mode, seq, out, &s) == 0 &&
                          !memcmp(out, seq, (size_t)n * sizeof *out) && same_as_sequential(m, s, prompt, nps[pi], seq);
                 dsv41_session_free(s);
+                dsv41_sampler_free(smp);
                 if (!ok) {
                     fails++;
-                    fprintf(stderr, "%s: prompt %d, %d drafts, %s: differs from one-token decoding\n", what, nps[pi], ks[ki], MODE_NAME[mode]);
+                    fprintf(stderr, "%s%s: prompt %d, %d drafts, %s: differs from one-token decoding\n", what,
+                            sampled ? " sampled" : "", nps[pi], ks[ki], MODE_NAME[mode]);
                 }
             }
     }
     return fails;
 }
 
+/* Sessions of five prompt lengths, one per mode, and a sixth that decodes (one row a round),
+ * advanced together by dsv41_batch_verify rounds of k drafts, greedy or sampled: each must emit
+ * its one-token ids and end in its one-token state. Returns the failures. */
+static int batch_sweep(const dsv41_model *m, int sampled, int32_t k) {
+    enum { NS = MODES + 1, N = 30 };
+    int32_t V = dsv41_model_vocab_size(m), np[NS], prompt[NS][16], seq[NS][N + 8], out[NS][N], e[NS], round = 0, fails = 0;
+    int32_t rows[NS][16], nr[NS], kept[NS], next[NS], *idp[NS];
+    dsv41_session *s[NS], *bs[NS];
+    dsv41_sampler *smp[NS];
+    void *ctx[NS];
+    float *lg = malloc((size_t)V * sizeof *lg);
+    for (int32_t i = 0; i < NS; i++) {
+        np[i] = 9 + i;
+        prompt_ids(prompt[i], np[i], V);
+        dsv41_sampler *ref = sampled ? dsv41_sampler_new(&SAMPLED, V) : NULL;
+        sequential(m, ref, prompt[i], np[i], N + 8, seq[i]);
+        dsv41_sampler_free(ref);
+        s[i] = dsv41_session_new(m);
+        smp[i] = sampled ? dsv41_sampler_new(&SAMPLED, V) : NULL;
+        dsv41_session_forward(s[i], prompt[i], np[i], lg, NULL);
+        out[i][0] = pick(smp[i], lg, prompt[i], np[i], V);
+        e[i] = 1;
+    }
+    for (int busy = NS; busy > 0; round++) {
+        busy = 0;
+        for (int32_t i = 0; i < NS; i++) {
+            if (e[i] >= N) continue;
+            int mode = i < MODES ? i : -1;
+            int32_t kk = mode < 0 ? 0 : k < N - e[i] ? k : N - e[i], own[8], *ids = rows[i];
+            ids[0] = out[i][e[i] - 1];
+            if (mode == OWN) {
+                if (kk > dsv41_model_draft_size(m)) kk = dsv41_model_draft_size(m);
+                if (dsv41_session_draft(s[i], ids[0], kk, own, NULL, NULL)) kk = 0;
+            }
+            for (int32_t d = 0; d < kk; d++) ids[1 + d] = mode == OWN ? own[d] : seq[i][e[i] + d];
+            int32_t bad = mode == LAST ? kk - 1 : mode == FIRST ? 0 : mode == ROTATE ? round % (kk > 0 ? kk : 1) : -1;
+            if (bad >= 0 && bad < kk) ids[1 + bad] = (ids[1 + bad] + 1) % V;
+            bs[busy] = s[i], idp[busy] = ids, nr[busy] = kk + 1, ctx[busy++] = smp[i];
+        }
+        if (busy && dsv41_batch_verify(bs, (const int32_t *const *)idp, nr, busy, sampled ? dsv41_sample_pick : NULL, ctx, kept, next)) {
+            fprintf(stderr, "batch verify: %s\n", dsv41_error());
+            fails++;
+            break;
+        }
+        for (int32_t b = 0, i = 0; b < busy; b++, i++) {
+            while (s[i] != bs[b]) i++;
+            for (int32_t d = 0; d < kept[b] && e[i] < N; d++) out[i][e[i]++] = idp[b][1 + d];
+            if (e[i] < N) out[i][e[i]++] = next[b];
+        }
+    }
+    for (int32_t i = 0; i < NS; i++) {
+        if (memcmp(out[i], seq[i], sizeof out[i]) || !same_as_sequential(m, s[i], prompt[i], np[i], seq[i])) {
+            fails++;
+            fprintf(stderr, "batch%s, %d drafts: session %d (%s) differs from one-token decoding\n", sampled ? " sampled" : "", k, i,
+                    i < MODES ? MODE_NAME[i] : "decode");
+        }
+        dsv41_session_free(s[i]);
+        dsv41_sampler_free(smp[i]);
+    }
+    free(lg);
+    return fails;
+}
+
+/* A greedy pick that ends the block at its second call (a reply ending there) */
+static int32_t pick_two(void *ctx, float *logits, const int32_t *history, int32_t n, int *last) {
+    int *calls = ctx;
+    (void)history, (void)n;
+    *last = ++*calls == 2;
+    return argmax(logits, 64);
+}
+
+/* A block of drafts that would all be kept, cut by the pick at its second token: the session
+ * holds the anchor and one draft, as one-token decoding of those, and the pick is the next. */
+static int last_cuts(const dsv41_model *m) {
+    int32_t V = dsv41_model_vocab_size(m), prompt[16], seq[16], ids[5], next = -1, calls = 0;
+    prompt_ids(prompt, 12, V);
+    sequential(m, NULL, prompt, 12, 8, seq);
+    dsv41_session *s = dsv41_session_new(m);
+    dsv41_session_forward(s, prompt, 12, NULL, NULL);
+    dsv41_session_forward(s, seq, 1, NULL, NULL);
+    memcpy(ids, seq + 1, sizeof ids);
+    int32_t kept = dsv41_session_verify(s, ids, 5, pick_two, &calls, &next);
+    int ok = V == 64 && kept == 1 && next == seq[3] && calls == 2 && dsv41_session_pos(s) == 15 && same_as_sequential(m, s, prompt, 12, seq);
+    dsv41_session_free(s);
+    return ok;
+}
+
 int main(void) {
     dsv41_model *tiny = dsv41_model_builtin(), *dm = model_from_config_file("models/tiny_dspark.json");
     CHECK(tiny && dm, "the models load");
     if (!tiny || !dm) return test_summary();
-    CHECK(sweep(tiny, "tiny", OWN, 5, 3) == 0, "tiny model: forced drafts in 4 modes x 5 draft counts x 3 prompts emit the greedy ids");
-    CHECK(sweep(dm, "tiny_dspark", MODES, 5, 3) == 0, "with a drafter: 5 modes x 5 draft counts x 3 prompts emit the greedy ids");
+    CHECK(sweep(tiny, "tiny", 0, OWN, 5, 3) == 0, "tiny model: forced drafts in 4 modes x 5 draft counts x 3 prompts emit the greedy ids");
+    CHECK(sweep(dm, "tiny_dspark", 0, MODES, 5, 3) == 0, "with a drafter: 5 modes x 5 draft counts x 3 prompts emit the greedy ids");
+    CHECK(sweep(dm, "tiny_dspark", 1, MODES, 2, 2) == 0,
+          "sampled (seed, temperature, top-k, top-p, repeat penalty): 5 modes x 2 draft counts x 2 prompts emit the sequential draws");
+
+    CHECK(batch_sweep(dm, 0, 3) == 0 && batch_sweep(dm, 0, 5) == 0,
+          "one batch verify a round for 5 modes and a decoding session: each emits its greedy ids");
+    CHECK(batch_sweep(dm, 1, 3) == 0, "the same sampled: each emits its sequential draws");
+    CHECK(last_cuts(dm), "a pick that ends the reply ends the block: the drafts after it are not fed");
 
     const char *sets[8];
     int32_t ns = dsv41_kernel_sets(sets, 8);
@@ -152,16 +270,18 @@ int main(void) {
         for (int32_t th = 1; th <= 3; th += 2) {
             dsv41_set_kernels(sets[k]);
             dsv41_set_threads(th);
-            CHECK(sweep(dm, sets[k], MODES, 1, 2) == 0, "kernel set %s, %d threads: every mode emits the greedy ids", sets[k], th);
+            CHECK(sweep(dm, sets[k], 0, MODES, 1, 2) == 0, "kernel set %s, %d threads: every mode emits the greedy ids", sets[k], th);
+            if (th > 1)
+                CHECK(sweep(dm, sets[k], 1, MODES, 1, 1) == 0, "kernel set %s, %d threads: every mode emits the sampled ids", sets[k], th);
         }
     dsv41_set_kernels(NULL);
 
     dsv41_session *s = dsv41_session_new(tiny);
     int32_t ids[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
-    CHECK(dsv41_session_verify(s, ids, 3) < 0, "an empty session does not verify");
+    CHECK(dsv41_session_verify(s, ids, 3, NULL, NULL, NULL) < 0, "an empty session does not verify");
     dsv41_session_forward(s, ids, 2, NULL, NULL);
-    CHECK(dsv41_session_verify(s, ids, 9) < 0, "more rows than the window are refused");
-    CHECK(dsv41_session_verify(s, ids, 0) < 0, "no rows are refused");
+    CHECK(dsv41_session_verify(s, ids, 9, NULL, NULL, NULL) < 0, "more rows than the window are refused");
+    CHECK(dsv41_session_verify(s, ids, 0, NULL, NULL, NULL) < 0, "no rows are refused");
     dsv41_session_free(s);
     dsv41_model_free(tiny);
     dsv41_model_free(dm);

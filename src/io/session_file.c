@@ -13,12 +13,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dspark.h"
 #include "files.h"
 #include "model.h"
 #include "numerics.h"
 
 #define MAGIC "DSV41SES"
-#define VERSION 1u
+#define VERSION 2u /* 2: the drafter's section */
 #define BUF (1 << 16)     /* bytes a writer hashes and writes at once */
 #define HEADER_BYTES 72 /* magic 8, version 4, flags 4, two identities 16, eight counts 32, data length 8 */
 
@@ -275,6 +276,25 @@ static int walk_state(stream *st, dsv41_session *s, const counts *k, int apply) 
     return rc;
 }
 
+/* The drafter's section, for a model with DSpark stages, after the state: the range [lo, hi) of
+ * positions whose taps wait for the rings (i32 lo, hi), then the taps [window][n_targets * dim]
+ * and the rings [n_mtp_layers][window][head_dim] f32, whole: what the drafter's next block reads,
+ * so a loaded session drafts exactly as the saved one would. A reader checks 0 <= lo <= hi <=
+ * pos and hi - lo <= window before it applies anything. */
+static int walk_draft(stream *st, dsv41_session *s, int32_t pos, int apply) {
+    dspark_state *d = s->draft;
+    if (!d) return 0;
+    const config *c = &s->m->cfg;
+    int32_t range[2] = {d->lo, d->hi};
+    if (walk_array(st, range, 2, 4, 1)) return -1;
+    if (range[0] < 0 || range[0] > range[1] || range[1] > pos || range[1] - range[0] > c->window_size) return -1;
+    if (walk_array(st, d->taps, (size_t)c->window_size * c->dspark_n_targets * c->dim, 4, apply) ||
+        walk_array(st, d->rings, (size_t)c->n_mtp_layers * c->window_size * c->head_dim, 4, apply))
+        return -1;
+    if (apply) d->lo = range[0], d->hi = range[1];
+    return 0;
+}
+
 /* ---- save */
 
 static int write_file(const dsv41_session *s, FILE *f, const void *data, size_t data_n) {
@@ -295,6 +315,7 @@ static int write_file(const dsv41_session *s, FILE *f, const void *data, size_t 
     put_u64(h + 64, data_n);
     out_bytes(st, h, sizeof h);
     walk_state(st, (dsv41_session *)s, &k, 0);
+    walk_draft(st, (dsv41_session *)s, k.pos, 0);
     if (data_n) out_bytes(st, data, data_n);
     out_flush(st);
     uint8_t sum[8];
@@ -419,9 +440,13 @@ int dsv41_session_load_data(dsv41_session *s, const char *path, void **data, siz
     if (check_counts(s, &k, path)) goto out;
     /* every count is now bounded by the model (rows <= max_seq_len, widths <= max_seq_len), so
      * no product below overflows */
-    if (walk_state(&st, s, &k, 0) || dn != st.n - st.at) { set_error("session: %s: its sizes do not match its contents", path); goto out; }
+    size_t state_end = 0;
+    if (walk_state(&st, s, &k, 0) || (state_end = st.at, walk_draft(&st, s, k.pos, 0)) || dn != st.n - st.at) {
+        set_error("session: %s: its sizes do not match its contents", path);
+        goto out;
+    }
     size_t nt = (size_t)k.topk_rows * (size_t)k.topk_width * sizeof(int32_t), nc = (size_t)k.cand_rows * (size_t)k.cand_width;
-    if (check_topk(s, &k, buf + st.at - nc - nt)) { /* the top-k section ends the state, before the mask */
+    if (check_topk(s, &k, buf + state_end - nc - nt)) { /* the top-k section ends the state, before the mask */
         set_error("session: %s: a top-k entry points outside the cache", path);
         goto out;
     }
@@ -440,6 +465,7 @@ int dsv41_session_load_data(dsv41_session *s, const char *path, void **data, siz
     session_clear(s, s->pos);
     st.at = HEADER_BYTES;
     walk_state(&st, s, &k, 1);
+    walk_draft(&st, s, k.pos, 1);
     for (int32_t i = 0; c->n_engram && i < k.pos; i++) s->ngram_cache[i] = c->engram_token_map[s->tokens[i]];
     s->pos = k.pos;
     s->has_logits = k.has_logits;

@@ -308,9 +308,21 @@ static int forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logit
     return check_logits(logits, all ? n * s->m->cfg.vocab_size : s->m->cfg.vocab_size);
 }
 
-int forward_verify(dsv41_session *s, const int32_t *ids, int32_t n, float *logits) {
-    if (check_call(s, ids, n) || session_reserve(s, s->pos + n)) return -1;
-    return forward_call(s, ids, n, logits, 1, NULL) || check_logits(logits, n * (int64_t)s->m->cfg.vocab_size) ? -1 : 0;
+int forward_verify(dsv41_session *const *s, const int32_t *const *ids, const int32_t *n, int32_t count, float *const *logits) {
+    for (int32_t i = 0; i < count; i++)
+        if (check_call(s[i], ids[i], n[i]) || session_reserve(s[i], s[i]->pos + n[i])) return -1;
+    scratch_mark mark = scratch_begin();
+    batch_seq *seq = scratch_bytes((size_t)count * sizeof *seq);
+    int64_t T = 0;
+    for (int32_t i = 0; i < count; i++) {
+        atomic_store(&s[i]->cancel, 0); /* a verify is not cancelled; an earlier request is void */
+        seq[i] = (batch_seq){s[i], T, n[i], 0, n[i]};
+        T += n[i];
+    }
+    int rc = forward_rows(seq, count, T, ids, logits, 1, NULL);
+    for (int32_t i = 0; rc == 0 && i < count; i++) rc = check_logits(logits[i], n[i] * (int64_t)s[0]->m->cfg.vocab_size);
+    scratch_end(mark);
+    return rc;
 }
 
 int dsv41_session_forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logits, dsv41_trace *tr) {

@@ -1,12 +1,13 @@
-/* spec.c - speculative decoding: verify a block of drafts in one forward, keep what greedy
- * decoding keeps.
+/* spec.c - speculative decoding: verify a block of drafts in one forward, keep what token-by-
+ * token decoding keeps.
  *
  * The target runs the anchor and the k drafts as k+1 rows of one forward at positions
  * pos..pos+k, and each row computes exactly what a one-token step at its position computes
  * (attend_verify in attention.c: its own window, compressor and indexer steps in row order, the
  * index keys and candidate mask that step would read); every projection, MoE and head reads its
  * weights once for all the rows, which is where the time goes. Row j's logits decide draft
- * j+1: greedy decoding would have fed it exactly when it is row j's argmax, so the rows up to
+ * j+1: decoding would have fed it exactly when it is the token picked from row j (the argmax
+ * when greedy, a sampler's draw otherwise: see dsv41_session_verify), so the rows up to
  * the first miss are kept and the session is put back to what those rows alone would have left:
  * the ring slots the rejected rows overwrote, the compressor tails as they were after the last
  * kept row, the compressed rows and index keys of the groups rejected rows closed (zero, as
@@ -42,6 +43,7 @@ static void journal_free(const config *c, spec_journal *j) {
     free(j->ring_old);
     free(j->cand);
     free(j->cand_width);
+    memset(j, 0, sizeof *j); /* freed twice is a no-op: a failed journal_new has freed its own */
 }
 
 static int journal_new(const dsv41_session *s, int32_t n, spec_journal *j) {
@@ -92,67 +94,149 @@ static void rollback(dsv41_session *s, const spec_journal *j, int32_t keep) {
     s->pos = at;
 }
 
-/* A verify's forward and its result, for session_run */
+/* A batch's verify forward and its result, for session_run */
 typedef struct {
-    dsv41_session *s;
-    const int32_t *ids;         /* [n] */
-    int32_t n;
-    float *logits;              /* [n][vocab] */
+    dsv41_session *const *s;
+    const int32_t *const *ids;  /* [count][rows[i]] */
+    const int32_t *rows;        /* [count] */
+    int32_t count;
+    float **logits;             /* [count][rows[i]][vocab] */
     int rc;
 } verify_call;
 
 static void run_verify(void *p) {
     verify_call *v = p;
-    if (v->s->draft) dspark_flush(v->s->m, v->s->draft);
-    v->rc = forward_verify(v->s, v->ids, v->n, v->logits);
+    for (int32_t i = 0; i < v->count; i++)
+        if (v->s[i]->verify && v->s[i]->draft) dspark_flush(v->s[i]->m, v->s[i]->draft);
+    v->rc = forward_verify(v->s, v->ids, v->rows, v->count, v->logits);
 }
 
-int32_t dsv41_session_verify(dsv41_session *s, const int32_t *ids, int32_t n) {
+/* The token after a row: pick's on a copy of the row's logits (row_copy [vocab]), history the n
+ * ids fed up to the row; the row's argmax without a pick. */
+static int32_t pick_next(const dsv41_session *s, dsv41_pick_fn pick, void *ctx, const float *row, int32_t n, float *row_copy,
+                         int *last) {
+    int64_t V = s->m->cfg.vocab_size;
+    if (!pick) return argmax_f32(row, V);
+    memcpy(row_copy, row, (size_t)V * sizeof *row);
+    int32_t t = pick(ctx, row_copy, s->tokens, n, last);
+    if (t < 0 || t >= V) return set_error("speculative decoding: the pick failed or gave %d", t), -1;
+    return t;
+}
+
+/* Why session s cannot verify n rows now (set as the error), or 0 */
+static int verify_refused(const dsv41_session *s, int32_t n) {
     const config *c = &s->m->cfg;
-    int64_t V = c->vocab_size;
     if (n < 1 || n > c->window_size) return set_error("verify: %d rows (1 to the window's %d)", n, c->window_size);
     if (s->m->part.n_ranks > 1) return set_error("verify: not supported on a model split over ranks");
     if (s->pos < 1) return set_error("verify: the session needs its prefill first");
     if ((int64_t)s->pos + n > c->max_seq_len)
         return set_error("verify: %d rows at position %d exceed the context of %d tokens", n, s->pos, c->max_seq_len);
-    spec_journal j;
-    if (journal_new(s, n, &j)) return -1;
-    s->verify = &j;
-    if (!owners_ready(s, n)) {
-        s->verify = NULL;
-        journal_free(c, &j);
-        return set_error("verify: %d rows at position %d would read index keys not written yet (too early)", n, s->pos);
-    }
-    float *logits = malloc((size_t)(n * V) * sizeof *logits);
-    verify_call v = {s, ids, n, logits, 0};
-    int rc = !logits ? set_error("out of memory verifying drafts") : session_run(&s, 1, run_verify, &v) ? -1 : v.rc;
-    int32_t m = 0;
-    if (rc == 0) {
-        while (m + 1 < n && argmax_f32(logits + m * V, V) == ids[m + 1]) m++;
-        if (m + 1 < n) rollback(s, &j, m + 1);
-        memcpy(s->logits, logits + m * V, (size_t)V * sizeof *logits);
-        s->has_logits = 1;
-    }
-    s->verify = NULL;
-    journal_free(c, &j);
-    free(logits);
-    return rc ? -1 : m;
+    return 0;
 }
 
-int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draft, int32_t *out) {
+/* Speculative sampling. The standard rule accepts draft d with probability min(1, p(d) / q(d))
+ * (p the target's filtered distribution at the row, q the drafter's) and on a rejection draws
+ * from normalize(max(0, p - q)). The drafter here is greedy, so q is one-hot on d: d is accepted
+ * with probability p(d), and a rejection draws x != d with probability p(x) / (1 - p(d)). Drawing
+ * x from p and accepting d exactly when x == d is that rule: P(x == d) = p(d), and given
+ * x != d, x has that residual law. So each row is one ordinary draw of the caller's pick, in
+ * order, on the logits a one-token step would give: the emitted tokens are the ones token-by-
+ * token decoding with the same sampler (seed, stream position) emits, not only their law.
+ *
+ * The verifies of count sessions in one forward (see dsv41_batch_verify). Each session's block
+ * starts its journal; one whose block cannot run yet (too early for the index keys) feeds its
+ * first id alone, as a decode step, when plain allows it, else the call fails untouched. Then
+ * each session's picks, in row order, keep the drafts that equal them and the rest is rolled
+ * back. */
+static int verify_batch(dsv41_session *const *s, const int32_t *const *ids, const int32_t *n, int32_t count, dsv41_pick_fn pick,
+                        void *const *ctx, int32_t *kept, int32_t *next, int plain) {
+    if (count < 1) return set_error("verify: no sessions");
+    for (int32_t i = 0; i < count; i++) {
+        if (verify_refused(s[i], n[i])) return -1;
+        if (s[i]->m != s[0]->m) return set_error("verify: session %d belongs to another model", i);
+        for (int32_t k = 0; k < i; k++)
+            if (s[k] == s[i]) return set_error("verify: session %d appears twice", i);
+    }
+    const config *c = &s[0]->m->cfg;
+    int64_t V = c->vocab_size;
+    spec_journal *j = calloc((size_t)count, sizeof *j);
+    int32_t *rows = malloc((size_t)count * sizeof *rows);
+    float **logits = calloc((size_t)count, sizeof *logits), *row = malloc((size_t)V * sizeof *row);
+    int rc = j && rows && logits && row ? 0 : set_error("out of memory verifying drafts");
+    for (int32_t i = 0; rc == 0 && i < count; i++) {
+        rows[i] = n[i];
+        if (journal_new(s[i], n[i], &j[i])) { rc = -1; break; }
+        s[i]->verify = &j[i];
+        if (!owners_ready(s[i], n[i])) {
+            s[i]->verify = NULL;
+            rows[i] = 1;
+            if (!plain) rc = set_error("verify: %d rows at position %d would read index keys not written yet (too early)", n[i], s[i]->pos);
+        }
+        if (rc == 0 && !(logits[i] = malloc((size_t)(rows[i] * V) * sizeof *logits[i]))) rc = set_error("out of memory verifying drafts");
+    }
+    verify_call v = {s, ids, rows, count, logits, 0};
+    int ran = rc == 0 && (rc = session_run(s, count, run_verify, &v) ? -1 : v.rc) == 0;
+    for (int32_t i = 0; ran && i < count; i++) { /* every session's picks, even after one failed */
+        int32_t m = 0, t, pos0 = s[i]->pos - rows[i];
+        int last = 0;
+        while ((t = pick_next(s[i], pick, ctx ? ctx[i] : NULL, logits[i] + m * V, pos0 + m + 1, row, &last)) >= 0 && !last &&
+               m + 1 < rows[i] && t == ids[i][m + 1])
+            m++;
+        if (s[i]->verify && m + 1 < rows[i]) rollback(s[i], &j[i], m + 1);
+        memcpy(s[i]->logits, logits[i] + m * V, (size_t)V * sizeof *row);
+        s[i]->has_logits = 1;
+        kept[i] = m;
+        next[i] = t;
+        if (t < 0) rc = -1;
+    }
+    for (int32_t i = 0; i < count; i++) {
+        if (j && j[i].ring_old) s[i]->verify = NULL, journal_free(c, &j[i]);
+        if (logits) free(logits[i]);
+    }
+    free(j);
+    free(rows);
+    free(logits);
+    free(row);
+    return rc;
+}
+
+int32_t dsv41_session_verify(dsv41_session *s, const int32_t *ids, int32_t n, dsv41_pick_fn pick, void *ctx, int32_t *next) {
+    int32_t kept, t;
+    if (verify_batch(&s, &ids, &n, 1, pick, &ctx, &kept, &t, 0)) return -1;
+    if (next) *next = t;
+    return kept;
+}
+
+int dsv41_batch_verify(dsv41_session *const *s, const int32_t *const *ids, const int32_t *n, int32_t count, dsv41_pick_fn pick,
+                       void *const *ctx, int32_t *kept, int32_t *next) {
+    return verify_batch(s, ids, n, count, pick, ctx, kept, next, 1);
+}
+
+int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draft, dsv41_pick_fn pick, void *ctx, int32_t *out,
+                                int32_t *drafted) {
     const config *c = &s->m->cfg;
-    int32_t B = dsv41_model_draft_size(s->m), ids[MAX_LAYERS], n = n_draft < B ? n_draft : B;
+    int32_t B = dsv41_model_draft_size(s->m), ids[MAX_LAYERS], n = n_draft < B ? n_draft : B, next = -1;
     if (n_draft < 0) return set_error("speculate: %d drafts", n_draft);
     if (n > c->window_size - 1) n = c->window_size - 1;
     ids[0] = anchor;
-    int32_t pos = s->pos;
-    int32_t m = n > 0 && dsv41_session_draft(s, anchor, n, ids + 1, NULL, NULL) == 0 ? dsv41_session_verify(s, ids, n + 1) : -1;
-    if (m < 0 && s->pos != pos) return -1; /* a draft or verify that ran out of memory emptied s */
+    int32_t pos = s->pos, m = -1;
+    if (n > 0) {
+        if (dsv41_session_draft(s, anchor, n, ids + 1, NULL, NULL) == 0) m = dsv41_session_verify(s, ids, n + 1, pick, ctx, &next);
+        /* a draft or verify that ran out of memory emptied s; a pick that failed after the verify moved it */
+        if (m < 0 && s->pos != pos) return -1;
+    }
     if (m < 0) { /* no block here (the first step after a prefill, the end of the context): one token */
         if (dsv41_session_forward(s, &anchor, 1, s->logits, NULL)) return -1;
+        float *row = pick ? malloc((size_t)c->vocab_size * sizeof *row) : NULL;
+        int last = 0;
+        next = pick && !row ? set_error("out of memory") : pick_next(s, pick, ctx, s->logits, s->pos, row, &last);
+        free(row);
+        if (next < 0) return -1;
         m = 0;
+        n = 0;
     }
+    if (drafted) *drafted = n;
     memcpy(out, ids + 1, (size_t)m * sizeof *out);
-    out[m] = argmax_f32(s->logits, c->vocab_size);
+    out[m] = next;
     return m + 1;
 }

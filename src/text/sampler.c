@@ -59,6 +59,12 @@ void dsv41_sampler_free(dsv41_sampler *s) {
     free(s);
 }
 
+int32_t dsv41_sample_pick(void *sampler, float *logits, const int32_t *history, int32_t n, int *last) {
+    dsv41_sampler *s = sampler;
+    (void)last;
+    return dsv41_apply_penalties(&s->p, history, n, logits, s->vocab) ? -1 : dsv41_sample(s, logits);
+}
+
 uint64_t dsv41_sampler_state(const dsv41_sampler *s) { return s->state; }
 void dsv41_sampler_set_state(dsv41_sampler *s, uint64_t state) { s->state = state; }
 

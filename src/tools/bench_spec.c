@@ -50,7 +50,7 @@ static int bench_run(const dsv41_model *m, int32_t draft, const int32_t *prompt,
             return -1;
         }
         double t2 = machine_now_s();
-        int32_t kept = dsv41_session_verify(s, ids, n);
+        int32_t kept = dsv41_session_verify(s, ids, n, NULL, NULL, NULL);
         tv += machine_now_s() - t2;
         td += t2 - t1;
         if (kept != draft) {
@@ -69,7 +69,7 @@ static int bench_run(const dsv41_model *m, int32_t draft, const int32_t *prompt,
     while (made < len - 1) { /* the first block waits for one decoded token, as the release's does */
         int32_t k = draft < m->cfg.dspark_block_size ? draft : m->cfg.dspark_block_size;
         if (dsv41_session_draft(s, ids[0], k, ids + 1, NULL, NULL)) k = 0;
-        int32_t got = k ? dsv41_session_verify(s, ids, k + 1) : dsv41_session_forward(s, ids, 1, NULL, NULL);
+        int32_t got = k ? dsv41_session_verify(s, ids, k + 1, NULL, NULL, NULL) : dsv41_session_forward(s, ids, 1, NULL, NULL);
         if (got < 0) { dsv41_session_free(s); return -1; }
         tried += k;
         kept += k ? got : 0;

@@ -1,0 +1,58 @@
+#!/bin/sh
+# serve_draft.sh - serve --draft: speculative decoding per slot gives the replies of plain
+# decoding. The test model is serve_lib's with three DSpark stages (models/tiny_dspark.json's
+# keys); a plain server and one with --draft 3, two slots each, answer the same requests (greedy
+# ones, sent to the drafting server at once so that its slots decode side by side, and a sampled
+# one with a seed): the same texts. The drafting server's replies and /metrics count the drafts
+# its verifies checked and kept; the plain server's count none. Prints "N passed, N failed".
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/serve_lib.sh"
+
+# the model with DSpark stages: serve_lib's config plus the stage keys of tiny_dspark.json
+python3 - "$data/models/tiny_text.json" models/tiny_dspark.json "$tmp/draft.json" <<'PY' && ok || bad "the config with stages"
+import json, sys
+cfg, stages = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+cfg.update({k: v for k, v in stages.items() if k == "n_mtp_layers" or k.startswith("dspark_")})
+json.dump(cfg, open(sys.argv[3], "w"))
+PY
+md=$tmp/tiny_draft
+$dsv41 synth --config "$tmp/draft.json" -o "$md" >/dev/null && cp "$m/tokenizer.json" "$md/" && ok || bad "synth the model with stages"
+m=$md
+
+# ask NAME BODY: the reply of the server on $port in $tmp/NAME (in the background: wait for it)
+ask() { curl -s -o "$tmp/$1" --data-binary "$2" -H 'Content-Type: application/json' "http://127.0.0.1:$port/v1/chat/completions"; }
+sampled='{"model":"m","messages":[{"role":"user","content":"Tell a story"}],"temperature":0.8,"top_p":0.9,"seed":42,"max_tokens":20}'
+
+for kind in plain draft; do
+    if [ $kind = plain ]; then start $kind -np 2 || { finish; exit 1; }
+    else start $kind -np 2 --draft 3 || { finish; exit 1; }; fi
+    ask $kind.a "$(chat "Hello there" 24)" & a=$!
+    ask $kind.b "$(chat "What is a cache?" 24)" & b=$!
+    ask $kind.c "$(chat "One more question" 24)" & c=$!
+    wait $a $b $c
+    ask $kind.s "$sampled"
+    req GET /metrics
+    cp "$tmp/resp" "$tmp/$kind.metrics"
+    stop
+done
+
+contents "$tmp"/plain.? "$tmp"/draft.?
+for r in a b c s; do
+    if [ -s "$tmp/plain.$r.txt" ] && cmp -s "$tmp/plain.$r.txt" "$tmp/draft.$r.txt"; then ok
+    else bad "reply $r with --draft 3 differs: '$(head -c 200 "$tmp/draft.$r.txt")' vs '$(head -c 200 "$tmp/plain.$r.txt")'"; fi
+done
+
+# the counts: some drafts checked with --draft, none without, never more kept than checked
+python3 - "$tmp" <<'PY' && ok || bad "the replies' timings count the drafts"
+import json, sys
+t = lambda f: json.load(open(sys.argv[1] + "/" + f, encoding="utf-8"))["timings"]
+draft = [t("draft." + r) for r in "abcs"]
+assert sum(d["draft_n"] for d in draft) > 0, draft
+assert all(0 <= d["draft_n_accepted"] <= d["draft_n"] for d in draft), draft
+assert all(t("plain." + r) == {"draft_n": 0, "draft_n_accepted": 0} for r in "abcs")
+PY
+val() { sed -n "s/^$1 //p" "$tmp/$2.metrics"; }
+[ "$(val dsv41_draft_tokens_total plain)" = 0 ] && [ "$(val dsv41_draft_tokens_total draft)" -gt 0 ] &&
+    [ "$(val dsv41_draft_accepted_tokens_total draft)" -le "$(val dsv41_draft_tokens_total draft)" ] && ok ||
+    bad "/metrics counts the drafts: $(grep draft "$tmp/draft.metrics" | grep -v '^#')"
+finish
