@@ -279,16 +279,26 @@ INL int fp4_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0,
  * `last` valid bytes (1..64), nblk blocks; ws from scales4. acc[t] holds the 4 rows' sums of
  * token t (nt of them, up to QUANT_TT). Each group's weights are decoded once, for the 4 rows, and
  * every token passes over them. A token's group where some r is not 0 sums (2w+12) k in units
- * of 1; any other sums (2w+12) k' (units of 8), one shift less per row. Each group's 4 blocks
- * are added to the token's sums in order as the group ends: the tokens' chains are independent,
- * so with several tokens none waits on another. */
+ * of 1; any other sums (2w+12) k' (units of 8), one shift less per row. The blocks' products
+ * wait in P and are added in order after the last group: added as each group ends, that chain
+ * tied every group's tail to the one before. */
+/* sum((2w+12) k') of one row's group (wl, wh: its low and high nibbles' bytes) against one token's
+ * digits D: two short chains, one per digit of k', joined by a shift */
+INL __m512i fp4_products(__m512i wl, __m512i wh, const int8_t (*D)[64]) {
+    __m512i a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wl, _mm512_load_si512(D[0]));
+    __m512i a0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wl, _mm512_load_si512(D[2]));
+    a1 = _mm512_dpbusd_epi32(a1, wh, _mm512_load_si512(D[1]));
+    a0 = _mm512_dpbusd_epi32(a0, wh, _mm512_load_si512(D[3]));
+    return _mm512_add_epi32(_mm512_slli_epi32(a1, 8), a0);
+}
+
 INL void fp4_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t ng, int64_t last, int64_t nblk, const prep_u *pp,
                   const int nt, const float *ws, __m128 *acc) {
     const __m512i lut = _mm512_loadu_si512(FP4_LUT);
+    _Alignas(64) float P[FP4_CHUNK / 4][QUANT_TT][16]; /* [group][token]: lane 4q+i, block q of the group and row i */
     for (int64_t g = 0; g < ng; g++) {
         const int tail = g == ng - 1 && last < 64;
-        const int64_t nq = imin(4, nblk - 4 * g);
-        __m512i wl[RT], wh[RT];
+        __m512i wl[RT], wh[RT], A1[RT]; /* A1: with one token, its products, made as each row is decoded */
 #pragma GCC unroll 4
         for (int i = 0; i < RT; i++) {
             _mm_prefetch((const char *)(rp[i] + 64 * g + pfd), _MM_HINT_T0); /* the next tile's rows */
@@ -296,23 +306,15 @@ INL void fp4_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t ng, int64_t 
                 tail ? _mm512_maskz_loadu_epi8(mask64(last), rp[i] + 64 * g) : _mm512_loadu_si512(rp[i] + 64 * g);
             wl[i] = _mm512_permutexvar_epi8(v, lut);
             wh[i] = _mm512_permutexvar_epi8(_mm512_srli_epi16(v, 4), lut);
+            if (nt == 1) A1[i] = fp4_products(wl[i], wh[i], pp[0].p4.dig[g]);
         }
         const __m512 ws16 = _mm512_loadu_ps(ws + 16 * g);
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) {
             const int8_t(*D)[64] = pp[t].p4.dig[g];
-            const __m512i d0 = _mm512_load_si512(D[0]), d1 = _mm512_load_si512(D[1]);
-            const __m512i d2 = _mm512_load_si512(D[2]), d3 = _mm512_load_si512(D[3]);
             __m512i A[RT];
 #pragma GCC unroll 4
-            for (int i = 0; i < RT; i++) {
-                /* two short chains, one per digit of k', joined by a shift */
-                __m512i a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wl[i], d0);
-                __m512i a0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wl[i], d2);
-                a1 = _mm512_dpbusd_epi32(a1, wh[i], d1);
-                a0 = _mm512_dpbusd_epi32(a0, wh[i], d3);
-                A[i] = _mm512_add_epi32(_mm512_slli_epi32(a1, 8), a0);
-            }
+            for (int i = 0; i < RT; i++) A[i] = nt == 1 ? A1[i] : fp4_products(wl[i], wh[i], D);
             if (pp[t].p4.r[g]) { /* the same for every row: the branch follows the inputs */
                 const __m512i d4 = _mm512_load_si512(D[4]), d5 = _mm512_load_si512(D[5]);
 #pragma GCC unroll 4
@@ -320,12 +322,18 @@ INL void fp4_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t ng, int64_t 
                     A[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_slli_epi32(A[i], 3), wl[i], d4), wh[i], d5);
             }
             const __m512i u = _mm512_sub_epi32(treduce_epi32(A[0], A[1], A[2], A[3]), _mm512_load_si512(pp[t].p4.c[g]));
-            const __m512 p = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(u), _mm512_load_ps(pp[t].p4.xs[g])), ws16);
-            __m128 a = _mm_add_ps(acc[t], _mm512_castps512_ps128(p));
-            if (nq > 1) a = _mm_add_ps(a, _mm512_extractf32x4_ps(p, 1));
-            if (nq > 2) a = _mm_add_ps(a, _mm512_extractf32x4_ps(p, 2));
-            if (nq > 3) a = _mm_add_ps(a, _mm512_extractf32x4_ps(p, 3));
-            acc[t] = a;
+            _mm512_store_ps(P[g][t], _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(u), _mm512_load_ps(pp[t].p4.xs[g])), ws16));
+        }
+    }
+    for (int64_t g = 0; g < ng; g++) {
+        const int64_t nq = imin(4, nblk - 4 * g);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            const __m512 p = _mm512_load_ps(P[g][t]);
+            acc[t] = _mm_add_ps(acc[t], _mm512_castps512_ps128(p));
+            if (nq > 1) acc[t] = _mm_add_ps(acc[t], _mm512_extractf32x4_ps(p, 1));
+            if (nq > 2) acc[t] = _mm_add_ps(acc[t], _mm512_extractf32x4_ps(p, 2));
+            if (nq > 3) acc[t] = _mm_add_ps(acc[t], _mm512_extractf32x4_ps(p, 3));
         }
     }
 }
@@ -474,6 +482,17 @@ INL void fp8_digits(__m512i u, const __m512i tab[3], __m512i d[2]) {
     d[1] = _mm512_maskz_mov_epi8(e3, mid);
 }
 
+/* A[k] += the products of one vector's weight digits (d0, d1; negative where neg) with the
+ * prepared input digits X, one sum per digit pair */
+INL void fp8_products(__m512i d0, __m512i d1, __mmask64 neg, const int8_t (*X)[64], __m512i A[4]) {
+    const __m512i x0 = _mm512_mask_blend_epi8(neg, _mm512_load_si512(X[0]), _mm512_load_si512(X[2]));
+    const __m512i x1 = _mm512_mask_blend_epi8(neg, _mm512_load_si512(X[1]), _mm512_load_si512(X[3]));
+    A[0] = _mm512_dpbusd_epi32(A[0], d0, x0);
+    A[1] = _mm512_dpbusd_epi32(A[1], d0, x1);
+    A[2] = _mm512_dpbusd_epi32(A[2], d1, x0);
+    A[3] = _mm512_dpbusd_epi32(A[3], d1, x1);
+}
+
 /* One row's superblock u[8] (transposed codes) against nt tokens' prepared superblock sb:
  * P[t][row] = each block's sum of products, rounded once, times the input and weight scales.
  * The row's digits are decoded once, before the tokens pass over them, each keeping a sum per
@@ -485,6 +504,7 @@ INL void fp8_superblock(const __m512i u[8], const __m512i tab[3], const prep_u *
     __m512i d0[8], d1[8];
     __mmask64 neg[8];
     unsigned small = 0; /* the vectors s with a code whose Rw may not be 0 */
+    __m512i A1[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
 #pragma GCC unroll 8
     for (int s = 0; s < 8; s++) {
         __m512i d[2];
@@ -494,19 +514,13 @@ INL void fp8_superblock(const __m512i u[8], const __m512i tab[3], const prep_u *
         d1[s] = d[1];
         *nan = _mm512_max_epu8(*nan, d[0]);
         small |= (unsigned)(_mm512_testn_epi8_mask(u[s], hi2) != 0) << s;
+        if (nt == 1) fp8_products(d0[s], d1[s], neg[s], pp[0].p8.x[sb][s], A1); /* as the digits come */
     }
     for (int t = 0; t < nt; t++) {
-        __m512i A[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+        __m512i A[4] = {A1[0], A1[1], A1[2], A1[3]};
+        if (nt > 1)
 #pragma GCC unroll 8
-        for (int s = 0; s < 8; s++) {
-            const int8_t(*X)[64] = pp[t].p8.x[sb][s];
-            const __m512i x0 = _mm512_mask_blend_epi8(neg[s], _mm512_load_si512(X[0]), _mm512_load_si512(X[2]));
-            const __m512i x1 = _mm512_mask_blend_epi8(neg[s], _mm512_load_si512(X[1]), _mm512_load_si512(X[3]));
-            A[0] = _mm512_dpbusd_epi32(A[0], d0[s], x0);
-            A[1] = _mm512_dpbusd_epi32(A[1], d0[s], x1);
-            A[2] = _mm512_dpbusd_epi32(A[2], d1[s], x0);
-            A[3] = _mm512_dpbusd_epi32(A[3], d1[s], x1);
-        }
+            for (int s = 0; s < 8; s++) fp8_products(d0[s], d1[s], neg[s], pp[t].p8.x[sb][s], A);
         __m512d v[2]; /* sum of W' k' */
         join_pd(A[3], _mm512_add_epi32(A[0], _mm512_slli_epi32(_mm512_add_epi32(A[1], A[2]), 8)), 65536.0, v);
         float unit = 0x1p-12f; /* 128 (W = 16 W' + Rw, k = 8 k' + r) times 2^-19 (the units of W and k) */
