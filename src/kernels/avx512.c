@@ -1,9 +1,10 @@
 /* avx512.c - the AVX-512 set (F, BW, VL, DQ with VNNI and VBMI), chosen at run time.
  *
  * Every weight is read in its stored width and decoded in registers. Tiles are 4 rows by up to
- * 4 tokens, so each decoded weight vector serves several tokens and each input vector 4 rows;
- * each tile prefetches the same bytes of a tile at least 4 KB ahead. Nothing is allocated:
- * inputs are prepared per call on the stack (about 33 KB per token of a tile).
+ * 4 tokens (dense) or QUANT_TT (quant), so each decoded weight vector serves several tokens and
+ * each input vector 4 rows; each tile prefetches the same bytes of a tile at least 4 KB ahead.
+ * Nothing is allocated: inputs are prepared per call on the stack (about 33 KB per token of a
+ * tile: 270 KB at 8).
  *
  * quant, fp4: an e2m1 weight w becomes the byte 2w+12 (0..24) by a VBMI lookup; an input x (an
  * e4m3 value) becomes the integer k = 512x, split as 8 k' + r: k' in two signed base-256 digits
