@@ -1,9 +1,10 @@
 /* avx512.c - the AVX-512 set (F, BW, VL, DQ with VNNI and VBMI), chosen at run time.
  *
  * Every weight is read in its stored width and decoded in registers. Tiles are 4 rows by up to
- * 4 tokens, so each decoded weight vector serves several tokens and each input vector 4 rows;
- * each tile prefetches the same bytes of a tile at least 4 KB ahead. Nothing is allocated:
- * inputs are prepared per call on the stack (about 33 KB per token of a tile).
+ * 4 tokens (dense) or QUANT_TT (quant), so each decoded weight vector serves several tokens and
+ * each input vector 4 rows; each tile prefetches the same bytes of a tile at least 4 KB ahead.
+ * Nothing is allocated: inputs are prepared per call on the stack (about 33 KB per token of a
+ * tile: 270 KB at 8).
  *
  * quant, fp4: an e2m1 weight w becomes the byte 2w+12 (0..24) by a VBMI lookup; an input x (an
  * e4m3 value) becomes the integer k = 512x, split as 8 k' + r: k' in two signed base-256 digits
@@ -37,6 +38,9 @@
 
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c")))
 #define INL static inline __attribute__((always_inline)) TGT
+/* Tokens per quant tile: a tile decodes its rows' weights once for up to 8 tokens (a batch of 8
+ * streams, a verify block), which pass over the decoded digits one after the other. */
+#define QUANT_TT 8
 
 INL __mmask16 mask16(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
 INL __mmask64 mask64(int64_t n) { return n >= 64 ? ~0ull : n <= 0 ? 0 : (__mmask64)((1ull << n) - 1); }
@@ -273,47 +277,52 @@ INL int fp4_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0,
 }
 
 /* One tile over a chunk: rp[i] at the chunk's first byte of row i, ng groups, the last one with
- * `last` valid bytes (1..64), nblk blocks; ws from scales4. acc[t] holds the 4 rows' sums. A
- * token's group where some r is not 0 sums (2w+12) k in units of 1; any other sums (2w+12) k'
- * (units of 8), one shift less per row. The blocks' products wait in P and are added in order
- * after the last group: added as each group ends, that chain tied every group's tail to the
- * one before. */
+ * `last` valid bytes (1..64), nblk blocks; ws from scales4. acc[t] holds the 4 rows' sums of
+ * token t (nt of them, up to QUANT_TT). Each group's weights are decoded once, for the 4 rows, and
+ * every token passes over them. A token's group where some r is not 0 sums (2w+12) k in units
+ * of 1; any other sums (2w+12) k' (units of 8), one shift less per row. The blocks' products
+ * wait in P and are added in order after the last group: added as each group ends, that chain
+ * tied every group's tail to the one before. */
+/* sum((2w+12) k') of one row's group (wl, wh: its low and high nibbles' bytes) against one token's
+ * digits D: two short chains, one per digit of k', joined by a shift */
+INL __m512i fp4_products(__m512i wl, __m512i wh, const int8_t (*D)[64]) {
+    __m512i a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wl, _mm512_load_si512(D[0]));
+    __m512i a0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wl, _mm512_load_si512(D[2]));
+    a1 = _mm512_dpbusd_epi32(a1, wh, _mm512_load_si512(D[1]));
+    a0 = _mm512_dpbusd_epi32(a0, wh, _mm512_load_si512(D[3]));
+    return _mm512_add_epi32(_mm512_slli_epi32(a1, 8), a0);
+}
+
 INL void fp4_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t ng, int64_t last, int64_t nblk, const prep_u *pp,
-                  const int nt, const float *ws, __m128 acc[TT]) {
+                  const int nt, const float *ws, __m128 *acc) {
     const __m512i lut = _mm512_loadu_si512(FP4_LUT);
-    _Alignas(64) float P[FP4_CHUNK / 4][TT][16]; /* [group][token]: lane 4q+i, block q of the group and row i */
+    _Alignas(64) float P[FP4_CHUNK / 4][QUANT_TT][16]; /* [group][token]: lane 4q+i, block q of the group and row i */
     for (int64_t g = 0; g < ng; g++) {
-        __m512i A[RT][TT];
         const int tail = g == ng - 1 && last < 64;
+        __m512i wl[RT], wh[RT], A1[RT]; /* A1: with one token, its products, made as each row is decoded */
 #pragma GCC unroll 4
         for (int i = 0; i < RT; i++) {
             _mm_prefetch((const char *)(rp[i] + 64 * g + pfd), _MM_HINT_T0); /* the next tile's rows */
             __m512i v =
                 tail ? _mm512_maskz_loadu_epi8(mask64(last), rp[i] + 64 * g) : _mm512_loadu_si512(rp[i] + 64 * g);
-            __m512i wl = _mm512_permutexvar_epi8(v, lut);
-            __m512i wh = _mm512_permutexvar_epi8(_mm512_srli_epi16(v, 4), lut);
-#pragma GCC unroll 4
-            for (int t = 0; t < nt; t++) {
-                const int8_t(*D)[64] = pp[t].p4.dig[g];
-                /* two short chains, one per digit of k', joined by a shift */
-                __m512i a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wl, _mm512_load_si512(D[0]));
-                __m512i a0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wl, _mm512_load_si512(D[2]));
-                a1 = _mm512_dpbusd_epi32(a1, wh, _mm512_load_si512(D[1]));
-                a0 = _mm512_dpbusd_epi32(a0, wh, _mm512_load_si512(D[3]));
-                if (pp[t].p4.r[g]) /* the same for every row: the branch follows the inputs */
-                    A[i][t] = _mm512_dpbusd_epi32(
-                        _mm512_dpbusd_epi32(_mm512_add_epi32(_mm512_slli_epi32(a1, 11), _mm512_slli_epi32(a0, 3)), wl,
-                                            _mm512_load_si512(D[4])),
-                        wh, _mm512_load_si512(D[5]));
-                else
-                    A[i][t] = _mm512_add_epi32(_mm512_slli_epi32(a1, 8), a0);
-            }
+            wl[i] = _mm512_permutexvar_epi8(v, lut);
+            wh[i] = _mm512_permutexvar_epi8(_mm512_srli_epi16(v, 4), lut);
+            if (nt == 1) A1[i] = fp4_products(wl[i], wh[i], pp[0].p4.dig[g]);
         }
         const __m512 ws16 = _mm512_loadu_ps(ws + 16 * g);
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) {
-            __m512i u =
-                _mm512_sub_epi32(treduce_epi32(A[0][t], A[1][t], A[2][t], A[3][t]), _mm512_load_si512(pp[t].p4.c[g]));
+            const int8_t(*D)[64] = pp[t].p4.dig[g];
+            __m512i A[RT];
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) A[i] = nt == 1 ? A1[i] : fp4_products(wl[i], wh[i], D);
+            if (pp[t].p4.r[g]) { /* the same for every row: the branch follows the inputs */
+                const __m512i d4 = _mm512_load_si512(D[4]), d5 = _mm512_load_si512(D[5]);
+#pragma GCC unroll 4
+                for (int i = 0; i < RT; i++)
+                    A[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_slli_epi32(A[i], 3), wl[i], d4), wh[i], d5);
+            }
+            const __m512i u = _mm512_sub_epi32(treduce_epi32(A[0], A[1], A[2], A[3]), _mm512_load_si512(pp[t].p4.c[g]));
             _mm512_store_ps(P[g][t], _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(u), _mm512_load_ps(pp[t].p4.xs[g])), ws16));
         }
     }
@@ -474,103 +483,93 @@ INL void fp8_digits(__m512i u, const __m512i tab[3], __m512i d[2]) {
     d[1] = _mm512_maskz_mov_epi8(e3, mid);
 }
 
+/* A[k] += the products of one vector's weight digits (d0, d1; negative where neg) with the
+ * prepared input digits X, one sum per digit pair */
+INL void fp8_products(__m512i d0, __m512i d1, __mmask64 neg, const int8_t (*X)[64], __m512i A[4]) {
+    const __m512i x0 = _mm512_mask_blend_epi8(neg, _mm512_load_si512(X[0]), _mm512_load_si512(X[2]));
+    const __m512i x1 = _mm512_mask_blend_epi8(neg, _mm512_load_si512(X[1]), _mm512_load_si512(X[3]));
+    A[0] = _mm512_dpbusd_epi32(A[0], d0, x0);
+    A[1] = _mm512_dpbusd_epi32(A[1], d0, x1);
+    A[2] = _mm512_dpbusd_epi32(A[2], d1, x0);
+    A[3] = _mm512_dpbusd_epi32(A[3], d1, x1);
+}
+
 /* One row's superblock u[8] (transposed codes) against nt tokens' prepared superblock sb:
  * P[t][row] = each block's sum of products, rounded once, times the input and weight scales.
- * One token keeps a separate sum per digit pair (short dependency chains); more keep one per
- * digit order. The products of r and of Rw run in a second pass, only over the vectors that
- * hold some. */
+ * The row's digits are decoded once, before the tokens pass over them, each keeping a sum per
+ * digit pair (short dependency chains). The products of r and of Rw run in a second pass, only
+ * over the vectors that hold some (for a token: its own r, and the row's small codes). */
 INL void fp8_superblock(const __m512i u[8], const __m512i tab[3], const prep_u *pp, int64_t sb, const int nt, __m512 ws,
-                        __m512i *nan, float P[TT][RT][16], int row) {
+                        __m512i *nan, float (*P)[RT][16], int row) {
     const __m512i hi2 = _mm512_set1_epi8(0x60); /* magnitude codes below 0x20 have both clear */
-    __m512i A[TT][4];
-#pragma GCC unroll 4
-    for (int t = 0; t < nt; t++)
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) A[t][k] = _mm512_setzero_si512();
+    __m512i d0[8], d1[8];
+    __mmask64 neg[8];
     unsigned small = 0; /* the vectors s with a code whose Rw may not be 0 */
+    __m512i A1[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
 #pragma GCC unroll 8
     for (int s = 0; s < 8; s++) {
-        const __mmask64 neg = _mm512_movepi8_mask(u[s]);
         __m512i d[2];
+        neg[s] = _mm512_movepi8_mask(u[s]);
         fp8_digits(u[s], tab, d);
+        d0[s] = d[0];
+        d1[s] = d[1];
         *nan = _mm512_max_epu8(*nan, d[0]);
         small |= (unsigned)(_mm512_testn_epi8_mask(u[s], hi2) != 0) << s;
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++) {
-            const int8_t(*X)[64] = pp[t].p8.x[sb][s];
-            const __m512i x0 = _mm512_mask_blend_epi8(neg, _mm512_load_si512(X[0]), _mm512_load_si512(X[2]));
-            const __m512i x1 = _mm512_mask_blend_epi8(neg, _mm512_load_si512(X[1]), _mm512_load_si512(X[3]));
-            A[t][0] = _mm512_dpbusd_epi32(A[t][0], d[0], x0);
-            A[t][1] = _mm512_dpbusd_epi32(A[t][1], d[0], x1);
-            if (nt == 1) A[t][2] = _mm512_dpbusd_epi32(A[t][2], d[1], x0);
-            else A[t][1] = _mm512_dpbusd_epi32(A[t][1], d[1], x0);
-            A[t][3] = _mm512_dpbusd_epi32(A[t][3], d[1], x1);
-        }
+        if (nt == 1) fp8_products(d0[s], d1[s], neg[s], pp[0].p8.x[sb][s], A1); /* as the digits come */
     }
-    __m512d v[TT][2];
-#pragma GCC unroll 4
-    for (int t = 0; t < nt; t++) /* sum of W' k' */
-        join_pd(A[t][3], _mm512_add_epi32(A[t][0], _mm512_slli_epi32(_mm512_add_epi32(A[t][1], A[t][2]), 8)), 65536.0, v[t]);
-    float unit = 0x1p-12f; /* 128 (W = 16 W' + Rw, k = 8 k' + r) times 2^-19 (the units of W and k) */
-    unsigned with_r = 0; /* the vectors s where some token has an r that is not 0 */
-    for (int t = 0; t < nt; t++) with_r |= pp[t].p8.r[sb];
-    if (with_r | small) {
-        __m512i E[TT][5]; /* sums of W' r (two digits), Rw k' (two digits), Rw r */
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++)
+    for (int t = 0; t < nt; t++) {
+        __m512i A[4] = {A1[0], A1[1], A1[2], A1[3]};
+        if (nt > 1)
+#pragma GCC unroll 8
+            for (int s = 0; s < 8; s++) fp8_products(d0[s], d1[s], neg[s], pp[t].p8.x[sb][s], A);
+        __m512d v[2]; /* sum of W' k' */
+        join_pd(A[3], _mm512_add_epi32(A[0], _mm512_slli_epi32(_mm512_add_epi32(A[1], A[2]), 8)), 65536.0, v);
+        float unit = 0x1p-12f; /* 128 (W = 16 W' + Rw, k = 8 k' + r) times 2^-19 (the units of W and k) */
+        const unsigned with_r = pp[t].p8.r[sb]; /* the vectors s where the token has an r that is not 0 */
+        if (with_r | small) {
+            __m512i E[5]; /* sums of W' r (two digits), Rw k' (two digits), Rw r */
 #pragma GCC unroll 5
-            for (int k = 0; k < 5; k++) E[t][k] = _mm512_setzero_si512();
-        for (unsigned m = with_r | small; m; m &= m - 1) {
-            const int s = __builtin_ctz(m), has_r = with_r >> s & 1, has_rw = small >> s & 1;
-            const __mmask64 neg = _mm512_movepi8_mask(u[s]);
-            __m512i d[2];
-            fp8_digits(u[s], tab, d);
-            const __m512i rw = _mm512_maskz_permutexvar_epi8(_mm512_testn_epi8_mask(u[s], hi2), u[s], tab[2]);
-#pragma GCC unroll 4
-            for (int t = 0; t < nt; t++) {
+            for (int k = 0; k < 5; k++) E[k] = _mm512_setzero_si512();
+            for (unsigned m = with_r | small; m; m &= m - 1) {
+                const int s = __builtin_ctz(m);
                 const int8_t(*X)[64] = pp[t].p8.x[sb][s];
-                const __m512i xr = _mm512_mask_blend_epi8(neg, _mm512_load_si512(X[4]), _mm512_load_si512(X[5]));
-                if (has_r) {
-                    E[t][0] = _mm512_dpbusd_epi32(E[t][0], d[0], xr);
-                    E[t][1] = _mm512_dpbusd_epi32(E[t][1], d[1], xr);
+                const __m512i xr = _mm512_mask_blend_epi8(neg[s], _mm512_load_si512(X[4]), _mm512_load_si512(X[5]));
+                if (with_r >> s & 1) {
+                    E[0] = _mm512_dpbusd_epi32(E[0], d0[s], xr);
+                    E[1] = _mm512_dpbusd_epi32(E[1], d1[s], xr);
                 }
-                if (has_rw) {
-                    E[t][2] = _mm512_dpbusd_epi32(E[t][2], rw, _mm512_mask_blend_epi8(neg, _mm512_load_si512(X[0]), _mm512_load_si512(X[2])));
-                    E[t][3] = _mm512_dpbusd_epi32(E[t][3], rw, _mm512_mask_blend_epi8(neg, _mm512_load_si512(X[1]), _mm512_load_si512(X[3])));
-                    E[t][4] = _mm512_dpbusd_epi32(E[t][4], rw, xr);
+                if (small >> s & 1) {
+                    const __m512i rw = _mm512_maskz_permutexvar_epi8(_mm512_testn_epi8_mask(u[s], hi2), u[s], tab[2]);
+                    E[2] = _mm512_dpbusd_epi32(E[2], rw, _mm512_mask_blend_epi8(neg[s], _mm512_load_si512(X[0]), _mm512_load_si512(X[2])));
+                    E[3] = _mm512_dpbusd_epi32(E[3], rw, _mm512_mask_blend_epi8(neg[s], _mm512_load_si512(X[1]), _mm512_load_si512(X[3])));
+                    E[4] = _mm512_dpbusd_epi32(E[4], rw, xr);
                 }
             }
+            /* E = 16 sum(W' r) + 8 sum(Rw k') + sum(Rw r), below 2^28 */
+            const __m512i e = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(E[0], 4), _mm512_slli_epi32(E[1], 12)),
+                                               _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(E[2], 3), _mm512_slli_epi32(E[3], 11)), E[4]));
+            v[0] = _mm512_fmadd_pd(v[0], _mm512_set1_pd(128.0), _mm512_cvtepi32_pd(_mm512_castsi512_si256(e)));
+            v[1] = _mm512_fmadd_pd(v[1], _mm512_set1_pd(128.0), _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(e, 1)));
+            unit = 0x1p-19f;
         }
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++) { /* E = 16 sum(W' r) + 8 sum(Rw k') + sum(Rw r), below 2^28 */
-            const __m512i e = _mm512_add_epi32(
-                _mm512_add_epi32(_mm512_slli_epi32(E[t][0], 4), _mm512_slli_epi32(E[t][1], 12)),
-                _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(E[t][2], 3), _mm512_slli_epi32(E[t][3], 11)), E[t][4]));
-            v[t][0] = _mm512_fmadd_pd(v[t][0], _mm512_set1_pd(128.0), _mm512_cvtepi32_pd(_mm512_castsi512_si256(e)));
-            v[t][1] = _mm512_fmadd_pd(v[t][1], _mm512_set1_pd(128.0), _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(e, 1)));
-        }
-        unit = 0x1p-19f;
-    }
-#pragma GCC unroll 4
-    for (int t = 0; t < nt; t++) {
-        __m512 part = round_pd(v[t]);
+        __m512 part = round_pd(v);
         part = _mm512_mul_ps(part, _mm512_set1_ps(unit)); /* exact: the integer sum is at least 1 */
         _mm512_store_ps(P[t][row], _mm512_mul_ps(_mm512_mul_ps(part, _mm512_load_ps(pp[t].p8.xs[sb])), ws));
     }
 }
 
 /* One tile over a chunk: rp[i] at the chunk's first byte of row i, `bytes` of it valid, nblk
- * blocks; sp[i] at row i's scale of the chunk's first block; nt (1 to 4) tokens. Returns 0 if
+ * blocks; sp[i] at row i's scale of the chunk's first block; nt (1 to QUANT_TT) tokens. Returns 0 if
  * it met a NaN code. The rows go one after the other, each over the whole chunk, so the tile
  * reads its bytes in memory order (one stream per page for the prefetchers, where
  * superblock-major order interleaved the rows); every superblock's partials wait in P until
  * the blocks are added in order. */
 INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_t nblk, const uint8_t *const sp[RT],
-                 const prep_u *pp, const int nt, __m128 acc[TT]) {
+                 const prep_u *pp, const int nt, __m128 *acc) {
     const __m512i tab[3] = {_mm512_loadu_si512(FP8_MID), _mm512_loadu_si512(FP8_LOW4), _mm512_loadu_si512(FP8_RW)};
     __m512i nan = _mm512_setzero_si512(); /* the largest low digit: 255 only for a NaN code */
     const int64_t nsbs = (nblk + 15) / 16;
-    _Alignas(64) float P[FP8V_CHUNK / 16][TT][RT][16];
+    _Alignas(64) float P[FP8V_CHUNK / 16][QUANT_TT][RT][16];
     __m512 ws[FP8V_CHUNK / 16];
     for (int i = 0; i < RT; i++)
         for (int64_t sb = 0; sb < nsbs; sb++) {

@@ -3,7 +3,9 @@
  *
  * Included by avx2.c and avx512.c after their tiles, so the one pair of loops
  * compiles under each file's target attributes with that file's pieces. Each defines before
- * including: TGT, DENSE_NAME and QUANT_NAME (the functions to define), QUANT_FP8_CHUNK (blocks
+ * including: TGT, DENSE_NAME and QUANT_NAME (the functions to define), QUANT_TT (tokens per quant
+ * tile, TT or more: the tiles take 1 to 3 as constants, TT itself where QUANT_TT is TT, else
+ * their token count as it comes), QUANT_FP8_CHUNK (blocks
  * per prepared fp8 chunk), FP4_GROUP (weight bytes per fp4 group), fp8_usable() (whether the
  * fp8 tile may run in the current floating-point state), dense_tile, prep_u, fp4_prepare,
  * fp8_prepare, scales4, fp4_tile, fp8_tile, load_rows and store_rows.
@@ -105,13 +107,13 @@ TGT static void QUANT_NAME(const weight *w, int64_t r0, int64_t r1, const float 
     /* prefetch distance: the same bytes of a later tile's rows, at least 4 KB ahead (short rows,
      * as in an expert's down projection, otherwise prefetch too late to hide the memory latency) */
     const int64_t tile = RT * rowbytes, pfd = tile * ((4096 + tile - 1) / tile), ahead = pfd / rowbytes;
-    prep_u prep[T < TT ? (T > 0 ? T : 1) : TT]; /* on the stack: about 33 KB per token of a tile */
+    prep_u prep[T < QUANT_TT ? (T > 0 ? T : 1) : QUANT_TT]; /* on the stack: about 33 KB per token of a tile */
     _Alignas(64) float ws[FP4_CHUNK * 4];
     for (int64_t b0 = 0; b0 < nb; b0 += chunk) {
         const int64_t nblk = imin(chunk, nb - b0);
         const int64_t bytes = imin(rowbytes - bpb * b0, bpb * nblk); /* the chunk's bytes per row */
-        for (int64_t t0 = 0; t0 < T; t0 += TT) {
-            const int nt = (int)imin(TT, T - t0);
+        for (int64_t t0 = 0; t0 < T; t0 += QUANT_TT) {
+            const int nt = (int)imin(QUANT_TT, T - t0);
             for (int t = 0; t < nt; t++) {
                 const float *xt = x + (t0 + t) * xstride, *xst = xs + (t0 + t) * nb;
                 int ok = fp4 ? fp4_prepare(xt, xst, cols, b0, nblk, &prep[t].p4)
@@ -131,9 +133,9 @@ TGT static void QUANT_NAME(const weight *w, int64_t r0, int64_t r1, const float 
                     sp[i] = w->scale + (ri[i] / w->scale_rows) * nb + (fp4 ? 0 : b0);
                 }
                 if (r + ahead < r1) prefetch_scales(w, r + ahead, imin(r1, r + ahead + RT), nb, b0, nblk);
-                __m128 acc[TT] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
+                __m128 acc[QUANT_TT];
                 for (int t = 0; t < nt; t++)
-                    if (b0 > 0) acc[t] = load_rows(y + (t0 + t) * ystride + (r - r0), nr);
+                    acc[t] = b0 > 0 ? load_rows(y + (t0 + t) * ystride + (r - r0), nr) : _mm_setzero_ps();
                 int ok = 1;
                 if (fp4) {
                     scales4(sp, b0, nblk, ws);
@@ -142,14 +144,14 @@ TGT static void QUANT_NAME(const weight *w, int64_t r0, int64_t r1, const float 
                     case 1: fp4_tile(rp, pfd, ng, last, nblk, prep, 1, ws, acc); break;
                     case 2: fp4_tile(rp, pfd, ng, last, nblk, prep, 2, ws, acc); break;
                     case 3: fp4_tile(rp, pfd, ng, last, nblk, prep, 3, ws, acc); break;
-                    default: fp4_tile(rp, pfd, ng, last, nblk, prep, 4, ws, acc); break;
+                    default: fp4_tile(rp, pfd, ng, last, nblk, prep, QUANT_TT == TT ? TT : nt, ws, acc); break;
                     }
                 } else {
                     switch (nt) {
                     case 1: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 1, acc); break;
                     case 2: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 2, acc); break;
                     case 3: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 3, acc); break;
-                    default: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, 4, acc); break;
+                    default: ok = fp8_tile(rp, pfd, bytes, nblk, sp, prep, QUANT_TT == TT ? TT : nt, acc); break;
                     }
                 }
                 if (!ok) { /* a NaN weight code */
