@@ -135,6 +135,40 @@ static int64_t call_tile(const batch_seq *seq, int32_t count, int64_t T, const d
     return tile > unit ? tile : unit;
 }
 
+/* Exact row skipping (the "dependency halo" of bounded replay). A prefill must leave the last
+ * row's logits and the caches: each layer's window ring (the KV of its last W = window_size
+ * rows, each a function of that row's input alone), the kv sources' compressed KV, index keys
+ * and compressor tails, the candidate source's candidates, the Engram history (read from the
+ * ids) and the drafter's taps (the last W rows' inputs of its target layers). A kv source reads
+ * every row of its input into its caches, and its keys and compressed rows are read by every
+ * later row of every later compressed layer; the candidate source keeps a row of candidates per
+ * row. Past the last of these layers (`full`), a row reaches another row only through the
+ * window of some later layer: the norms, mHC, MoE and Engram work row by row, and an index
+ * source there scores its own row's query against keys and candidates already complete. Row r
+ * of a layer attends the KV of rows r - W + 1 .. r (itself included), so a layer that starts
+ * at row s gives exact outputs from row s + W - 1 on (the rows before see a window cut short by
+ * the rows it skipped; nothing reads their outputs, they run for their KV), and the layer after
+ * it can start there. The last layer starts at T - W (its ring; its last row then has its whole
+ * window), so layer l starts (W - 1) rows earlier per layer after it: at
+ * T - W - (n_layers - 1 - l)(W - 1), and the first layer past `full` keeps
+ * W + (D - 1)(W - 1) rows of D trimmed layers. Every row each layer computes is what the whole
+ * call computes for it (the tiles' rule), so the results are the same bits. The published top-k
+ * of a row is then the one of the last index source that computed the row: a slot of the call
+ * that no later call reads (every compressed layer has an index source of its own call at or
+ * before it). */
+static int32_t last_full_layer(const config *c) {
+    int32_t full = c->candidate_source_layer;
+    for (int32_t l = 0; l < c->n_layers; l++)
+        if (c->is_kv_source[l] && l > full) full = l;
+    return full;
+}
+
+/* The first of a prefill's T rows that layer l computes (the rows before it skips), past layer `full` */
+static int64_t layer_first_row(const config *c, int32_t full, int32_t l, int64_t T) {
+    int64_t W = c->window_size, first = T - W - (int64_t)(c->n_layers - 1 - l) * (W - 1);
+    return l <= full || first < 0 ? 0 : first;
+}
+
 /* One call of the reference for every session of seq: a prefill (pos 0, any n) or one decode
  * token each, their rows end to end (T in all). logits[i] (or NULL) gets session i's last
  * token's [vocab], or with `all` every token's [n][vocab]. A single session's prefill polls the
@@ -173,15 +207,22 @@ static int forward_rows(const batch_seq *seq, int32_t count, int64_t T, const in
         for (int64_t t = 0; t < T; t++) memcpy(x + t * dim, h + t * hc * dim, (size_t)dim * sizeof *x);
         trace_f32(tr, x, 3, (int64_t[]){1, T, dim}, "embed");
     }
+    /* a single session's prefill that wants only its last row skips rows (layer_first_row); a
+     * trace records, and `all` returns, every row of every layer */
+    int32_t full = count == 1 && seq[0].s->pos == 0 && !tr && !all ? last_full_layer(c) : c->n_layers;
     for (int32_t l = 0; l < c->n_layers; l++) {
         dsv41_session *s0 = seq[0].s;
+        int64_t from = layer_first_row(c, full, l, T);
         if (count == 1 && s0->pos == 0 && cancelled(s0)) {
             scratch_end(mark);
             session_clear(s0, s0->pos + (int32_t)T); /* the layers done wrote rows up to pos + T */
             return set_error("forward: cancelled");
         }
-        if (!hb) block(seq, count, l, T, hashes, h, pre_mix, tr);
-        for (int64_t r0 = 0; hb && r0 < T; r0 += tile) { /* one session */
+        if (!hb && from == 0) block(seq, count, l, T, hashes, h, pre_mix, tr);
+        else if (!hb) /* one session: its rows from `from` on, as one tile */
+            block(&(batch_seq){s0, 0, T - from, from, T}, 1, l, T - from, hashes + from * ncols, h + from * hrow,
+                  pre_mix + from * hc, tr);
+        for (int64_t r0 = from; hb && r0 < T; r0 += tile) { /* one session */
             int64_t R = T - r0 < tile ? T - r0 : tile;
             if (l == 0) embed_rows(m, all_ids + r0, R, h);
             else for (int64_t i = 0; i < R * hrow; i++) h[i] = bf16_to_f32(hb[r0 * hrow + i]);
