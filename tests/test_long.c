@@ -298,6 +298,51 @@ static void check_skip(const dsv41_model *m, int32_t n, uint32_t seed, int matri
     free(lg);
 }
 
+/* A batch (dsv41_batch_forward) of prefills of 150 rows in tiles of 7, 61 rows in tiles of 16 and
+ * 5 rows, beside a decode step of a session 40 tokens in, and then two batched decode steps: each
+ * session's logits and state are those of the same calls made alone. */
+static void check_batch(const dsv41_model *m) {
+    enum { N = 4 };
+    int32_t V = dsv41_model_vocab_size(m), len[N] = {150, 61, 1, 5}, tiles[N] = {7, 16, 512, 512}, *buf[N];
+    const int32_t *ids[N];
+    dsv41_session *b[N], *a[N];
+    float *lb[N], *la[N];
+    int ok = 1;
+    for (int i = 0; i < N; i++) {
+        ids[i] = buf[i] = malloc(160 * sizeof *buf[i]);
+        for (int32_t k = 0; k < 160; k++) buf[i][k] = (k * 37 + i * 11 + 5) % V;
+        b[i] = dsv41_session_new(m);
+        a[i] = dsv41_session_new(m);
+        lb[i] = malloc((size_t)V * sizeof *lb[i]);
+        la[i] = malloc((size_t)V * sizeof *la[i]);
+        ok &= dsv41_session_set_prefill_rows(b[i], tiles[i]) == 0 && dsv41_session_set_prefill_rows(a[i], tiles[i]) == 0;
+    }
+    ok &= dsv41_session_forward(b[2], buf[2] + 1, 40, NULL, NULL) == 0 && dsv41_session_forward(a[2], buf[2] + 1, 40, NULL, NULL) == 0;
+    for (int step = 0; ok && step < 3; step++) {
+        ok = dsv41_batch_forward(b, ids, len, N, lb) == 0;
+        for (int i = 0; ok && i < N; i++) {
+            const char *diff = dsv41_session_forward(a[i], ids[i], len[i], la[i], NULL) ? "a call" : state_diff(a[i], b[i], 0);
+            if (!diff && memcmp(la[i], lb[i], (size_t)V * sizeof *la[i])) diff = "logits";
+            if (!diff && memcmp(a[i]->draft->taps, b[i]->draft->taps,
+                                (size_t)m->cfg.window_size * m->cfg.dspark_n_targets * m->cfg.dim * sizeof(float)))
+                diff = "drafter taps";
+            CHECK(!diff, "batch call %d, session %d (%d tokens at %d): as alone (%s differs)", step, i, len[i],
+                  a[i]->pos - len[i], diff ? diff : "");
+            ok = !diff;
+            ids[i] = buf[i] + 151 + step; /* the next calls feed one token each */
+            len[i] = 1;
+        }
+    }
+    CHECK(ok, "a batch of tiled prefills and a decode step, then decode steps: as each session alone");
+    for (int i = 0; i < N; i++) {
+        dsv41_session_free(a[i]);
+        dsv41_session_free(b[i]);
+        free(la[i]);
+        free(lb[i]);
+        free(buf[i]);
+    }
+}
+
 int main(void) {
     dsv41_model *m = tiny_model(64, 0);
     CHECK(m != NULL, "the tiny model: %s", dsv41_error());
@@ -327,6 +372,7 @@ int main(void) {
         check_skip(m, 97, 5u, 0, &skipped); /* an odd prompt: the compressor's tail */
         check_skip(m, 22, 6u, 0, &skipped); /* the halo: layer 3 computes every row */
         check_skip(m, 8, 7u, 0, &skipped);  /* the window: every layer computes every row */
+        check_batch(m);
     }
     dsv41_model_free(m);
     m = tiny_model(8192, 0);
