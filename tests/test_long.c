@@ -5,31 +5,40 @@
  * whole: every position's logits, the window rings, the compressed caches, the index keys, the
  * compressor tails, the published top-k and candidate rows, and the decode steps after it. The
  * prompts are random, on the tiny geometry (window 8, top-k 6, candidates 3 blocks of 2, so
- * every path switches on within a few dozen positions) at its own context and at a longer one. */
+ * every path switches on within a few dozen positions) at its own context and at a longer one.
+ * A prefill that wants only its last row's logits skips the rows no later layer's window reaches
+ * (forward.c, layer_first_row): the traced call, which computes every row, must leave the same
+ * last logits, caches and decode steps. */
 #include <math.h>
 #include <string.h>
 
+#include "dspark.h"
 #include "filler.h"
 #include "json.h"
 #include "pool.h"
 #include "testing.h"
 
-/* tiny.json with max_seq_len set to ctx; with `real`, V4.1-Flash's candidate settings (2,048
- * blocks of 8, so candidates select past 16,384 entries) and one index head, which keeps the
- * scoring of such prompts quick */
-static dsv41_model *tiny_model(int32_t ctx, int real) {
-    FILE *f = fopen("models/tiny.json", "rb");
-    if (!f) return NULL;
+/* The config of a fixture-shaped file into c; 0, or -1 */
+static int fixture_config(const char *path, config *c) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
     char text[1 << 14];
     size_t n = fread(text, 1, sizeof text - 1, f);
     fclose(f);
     text[n] = '\0';
     char err[200];
     json *j = json_parse(text, n, err, sizeof err);
-    config c;
-    int rc = j ? config_from_fixture(&c, j) : -1;
+    int rc = j ? config_from_fixture(c, j) : -1;
     json_free(j);
-    if (rc) return NULL;
+    return rc;
+}
+
+/* tiny.json with max_seq_len set to ctx; with `real`, V4.1-Flash's candidate settings (2,048
+ * blocks of 8, so candidates select past 16,384 entries) and one index head, which keeps the
+ * scoring of such prompts quick */
+static dsv41_model *tiny_model(int32_t ctx, int real) {
+    config c;
+    if (fixture_config("models/tiny.json", &c)) return NULL;
     c.max_seq_len = ctx;
     if (real) {
         c.candidate_topk_blocks = 2048;
@@ -41,8 +50,10 @@ static dsv41_model *tiny_model(int32_t ctx, int real) {
     return m;
 }
 
-/* 0 when a and b hold the same state, bit for bit, else the name of what differs */
-static const char *state_diff(const dsv41_session *a, const dsv41_session *b) {
+/* 0 when a and b hold the same state, bit for bit, else the name of what differs; the published
+ * top-k from row topk_from on (a prefill that skipped rows leaves the rows before it as an
+ * earlier index source wrote them: check_skip) */
+static const char *state_diff(const dsv41_session *a, const dsv41_session *b, int64_t topk_from) {
     const config *c = &a->m->cfg;
     if (a->pos != b->pos || a->has_logits != b->has_logits) return "position";
     if (memcmp(a->logits, b->logits, (size_t)c->vocab_size * sizeof *a->logits)) return "last logits";
@@ -62,7 +73,8 @@ static const char *state_diff(const dsv41_session *a, const dsv41_session *b) {
         slot_layer(a, p->index_k, 1) != slot_layer(b, q->index_k, 1))
         return "shared slots";
     if (p->topk_rows != q->topk_rows || p->topk_width != q->topk_width ||
-        memcmp(p->topk, q->topk, (size_t)p->topk_rows * p->topk_width * sizeof *p->topk))
+        memcmp(p->topk + topk_from * p->topk_width, q->topk + topk_from * q->topk_width,
+               (size_t)(p->topk_rows - topk_from) * p->topk_width * sizeof *p->topk))
         return "published top-k";
     if (p->cand_rows != q->cand_rows || p->cand_width != q->cand_width ||
         memcmp(p->cand, q->cand, (size_t)p->cand_rows * (p->cand_rows ? cand_blocks(c, p->cand_width) : 0) * sizeof *p->cand))
@@ -85,14 +97,14 @@ static void check_tiles(const dsv41_model *m, int32_t n, const int32_t *tiles, i
         CHECK(dsv41_session_set_prefill_rows(s, tiles[k]) == 0 && dsv41_session_forward_all(s, ids, n, got) == 0,
               "prefill %d tokens in tiles of %d: %s", n, tiles[k], dsv41_error());
         CHECK(!memcmp(want, got, (size_t)n * V * sizeof *got), "%d tokens, tiles of %d: every position's logits", n, tiles[k]);
-        const char *diff = state_diff(whole, s);
+        const char *diff = state_diff(whole, s, 0);
         CHECK(!diff, "%d tokens, tiles of %d: the state after the prefill (%s differs)", n, tiles[k], diff ? diff : "");
         dsv41_session *w2 = dsv41_session_new(m);
         int same = dsv41_session_copy(w2, whole) == 0;
         for (int32_t step = 0; same && step < 3 && n + step < dsv41_model_max_seq_len(m); step++) {
             int32_t next = (int32_t)((seed + (uint32_t)step * 7919u) % (uint32_t)V);
             same = dsv41_session_forward(w2, &next, 1, dw, NULL) == 0 && dsv41_session_forward(s, &next, 1, dg, NULL) == 0 &&
-                   !memcmp(dw, dg, (size_t)V * sizeof *dg) && !state_diff(w2, s);
+                   !memcmp(dw, dg, (size_t)V * sizeof *dg) && !state_diff(w2, s, 0);
         }
         CHECK(same, "%d tokens, tiles of %d: the decode steps after it", n, tiles[k]);
         dsv41_session_free(w2);
@@ -148,7 +160,7 @@ static void check_growth(const dsv41_model *m) {
     for (int32_t i = 0; same && i < steps; i++)
         same = dsv41_session_forward(fresh, &ids[n + i], 1, a, NULL) == 0 &&
                dsv41_session_forward(roomy, &ids[n + i], 1, b, NULL) == 0 && !memcmp(a, b, (size_t)V * sizeof *a);
-    const char *diff = state_diff(fresh, roomy);
+    const char *diff = state_diff(fresh, roomy, 0);
     CHECK(same && !diff && fresh->cap >= n + steps, "decode steps across the first room: the same logits and state (%s)",
           diff ? diff : "");
     dsv41_session_free(fresh);
@@ -171,7 +183,7 @@ static void check_far(const dsv41_model *m) {
     int ok = dsv41_session_forward(x, ids, n, a, NULL) == 0;
     ok = ok && dsv41_set_threads(1) == 0 && dsv41_set_kernels("scalar") == 0 && dsv41_session_set_prefill_rows(y, 3000) == 0 &&
          dsv41_session_forward(y, ids, n, b, NULL) == 0;
-    const char *diff = ok ? state_diff(x, y) : "a call";
+    const char *diff = ok ? state_diff(x, y, 0) : "a call";
     CHECK(ok && !memcmp(a, b, (size_t)V * sizeof *a) && !diff, "16,450 positions, real candidate blocks: the prefill (%s)",
           diff ? diff : "logits");
     CHECK(x->shared.cand_rows == n && x->shared.cand[(int64_t)(n - 1) * 2048 + 2047] >= 0 &&
@@ -184,7 +196,7 @@ static void check_far(const dsv41_model *m) {
                dsv41_set_threads(threads) == 0 && dsv41_session_forward(x, &next, 1, a, NULL) == 0 &&
                !memcmp(a, b, (size_t)V * sizeof *a) && dsv41_set_threads(1) == 0 && dsv41_set_kernels("scalar") == 0;
     }
-    CHECK(same && !state_diff(x, y), "16,450 positions: the decode steps after it");
+    CHECK(same && !state_diff(x, y, 0), "16,450 positions: the decode steps after it");
     dsv41_set_kernels(NULL);
     dsv41_set_threads(threads);
     dsv41_session_free(x);
@@ -192,6 +204,143 @@ static void check_far(const dsv41_model *m) {
     free(ids);
     free(a);
     free(b);
+}
+
+/* tiny_dspark.json with one kv source, layer 2 (the candidate source too, ratio 2 from it on):
+ * layers 3-5 lie past it, with the index sources 4 and 5, the Engram layer 4 and the drafter's
+ * three targets. A prefill of n rows then needs layer l from row n - 8 - (5 - l) x 7 on (window
+ * 8): 22 rows of layer 3, 15 of layer 4, 8 of layer 5. */
+static dsv41_model *halo_model(void) {
+    config c;
+    if (fixture_config("models/tiny_dspark.json", &c)) return NULL;
+    c.max_seq_len = 512;
+    for (int32_t l = 3; l < c.n_layers; l++) c.compress_ratio[l] = 2;
+    c.is_kv_source[4] = 0;
+    c.candidate_source_layer = 2;
+    dsv41_model *m = model_from_rule(&c);
+    if (!m) config_free(&c);
+    return m;
+}
+
+/* The rule, stated here on its own: the first row of n that a layer past layer full_to needs */
+static int64_t halo_first(const config *c, int32_t full_to, int32_t l, int64_t n) {
+    int64_t first = n - c->window_size - (int64_t)(c->n_layers - 1 - l) * (c->window_size - 1);
+    return l <= full_to || first < 0 ? 0 : first;
+}
+
+/* A prompt of n random ids prefilled by a traced call (which computes every row of every layer)
+ * and by plain calls that want the last row's logits (which skip the rows the rule leaves out),
+ * on every kernel set, 1 and 3 threads and tiles of n, 7 and 64 rows (`matrix`; else the default
+ * alone): the same last logits and caches (window rings, compressed KV, index keys, compressor
+ * tails, candidates, Engram history, the drafter's taps), and the same logits, state and drafts
+ * over 3 decode steps after it. The published top-k of each row is the one the last index source
+ * that computed the row published, read from the trace; *skipped gets whether that differs from
+ * the full call's on some row (so the check tells a skip from none). */
+static void check_skip(const dsv41_model *m, int32_t n, uint32_t seed, int matrix, int *skipped) {
+    const config *c = &m->cfg;
+    int32_t V = c->vocab_size, W = c->window_size, B = dsv41_model_draft_size(m), full_to = 2, last = 0, threads = pool_threads();
+    int32_t *ids = malloc((size_t)n * sizeof *ids), dw[8], dg[8];
+    float *want = malloc((size_t)V * sizeof *want), *got = malloc((size_t)V * sizeof *got);
+    float *lw = malloc((size_t)(B + 1) * V * sizeof *lw), *lg = malloc((size_t)(B + 1) * V * sizeof *lg);
+    for (int32_t i = 0; i < n; i++) ids[i] = (int32_t)((seed = seed * 1664525u + 1013904223u) >> 8) % V;
+    for (int32_t l = 0; l < c->n_layers; l++)
+        if (c->is_index_source[l]) last = l;
+    dsv41_trace *tr = dsv41_trace_new();
+    dsv41_session *full = dsv41_session_new(m);
+    CHECK(dsv41_session_forward(full, ids, n, want, tr) == 0, "%d tokens traced: %s", n, dsv41_error());
+    /* row r's top-k as the index source that last computed it published it */
+    int32_t width = full->shared.topk_width, *expect = malloc((size_t)n * width * sizeof *expect);
+    *skipped = 0;
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        char name[64];
+        snprintf(name, sizeof name, "shared.L%d.topk_idxs", l);
+        const capture *cap = c->is_index_source[l] ? trace_find(tr, name) : NULL;
+        for (int64_t r = halo_first(c, full_to, l, n); cap && r < n; r++)
+            for (int32_t k = 0; k < width; k++) expect[r * width + k] = (int32_t)cap->v[r * width + k];
+    }
+    for (int64_t i = 0; i < (int64_t)n * width; i++) *skipped |= expect[i] != full->shared.topk[i];
+    const char *sets[8];
+    int32_t ns = matrix ? dsv41_kernel_sets(sets, 8) : 1, tiles[] = {n, 7, 64};
+    for (int32_t k = 0; k < ns * (matrix ? 6 : 1); k++) {
+        int32_t th = k % 2 ? 3 : 1, tile = tiles[k / 2 % 3];
+        CHECK(!matrix || (dsv41_set_kernels(sets[k / 6]) == 0 && dsv41_set_threads(th) == 0), "kernel set %s, %d threads",
+              matrix ? sets[k / 6] : "default", th);
+        dsv41_session *s = dsv41_session_new(m), *w2 = dsv41_session_new(m);
+        int ok = dsv41_session_set_prefill_rows(s, tile) == 0 && dsv41_session_forward(s, ids, n, got, NULL) == 0;
+        dsv41_set_kernels(NULL);
+        dsv41_set_threads(threads);
+        const char *diff = ok ? state_diff(full, s, halo_first(c, full_to, last, n)) : "a call";
+        if (!diff && memcmp(full->draft->taps, s->draft->taps, (size_t)W * c->dspark_n_targets * c->dim * sizeof(float)))
+            diff = "drafter taps";
+        if (!diff && memcmp(s->shared.topk, expect, (size_t)n * width * sizeof *expect)) diff = "published top-k";
+        CHECK(ok && !memcmp(want, got, (size_t)V * sizeof *got) && !diff,
+              "%d tokens, set %s, %d threads, tiles of %d: the last logits and the state after the prefill (%s)", n,
+              matrix ? sets[k / 6] : "default", matrix ? th : threads, tile, diff ? diff : "logits");
+        int same = dsv41_session_copy(w2, full) == 0;
+        for (int32_t step = 0; same && step < 3; step++) {
+            int32_t next = (int32_t)((seed + (uint32_t)step * 7919u) % (uint32_t)V);
+            same = dsv41_session_forward(w2, &next, 1, lw, NULL) == 0 && dsv41_session_forward(s, &next, 1, lg, NULL) == 0 &&
+                   !memcmp(lw, lg, (size_t)V * sizeof *lg) && !state_diff(w2, s, 0) &&
+                   dsv41_session_draft(w2, next, B, dw, lw, NULL) == 0 && dsv41_session_draft(s, next, B, dg, lg, NULL) == 0 &&
+                   !memcmp(dw, dg, (size_t)B * sizeof *dw) && !memcmp(lw, lg, (size_t)B * V * sizeof *lg);
+        }
+        CHECK(same, "%d tokens, set %s, tiles of %d: 3 decode steps and drafts after it", n, matrix ? sets[k / 6] : "default", tile);
+        dsv41_session_free(w2);
+        dsv41_session_free(s);
+    }
+    dsv41_trace_free(tr);
+    dsv41_session_free(full);
+    free(expect);
+    free(ids);
+    free(want);
+    free(got);
+    free(lw);
+    free(lg);
+}
+
+/* A batch (dsv41_batch_forward) of prefills of 150 rows in tiles of 7, 61 rows in tiles of 16 and
+ * 5 rows, beside a decode step of a session 40 tokens in, and then two batched decode steps: each
+ * session's logits and state are those of the same calls made alone. */
+static void check_batch(const dsv41_model *m) {
+    enum { N = 4 };
+    int32_t V = dsv41_model_vocab_size(m), len[N] = {150, 61, 1, 5}, tiles[N] = {7, 16, 512, 512}, *buf[N];
+    const int32_t *ids[N];
+    dsv41_session *b[N], *a[N];
+    float *lb[N], *la[N];
+    int ok = 1;
+    for (int i = 0; i < N; i++) {
+        ids[i] = buf[i] = malloc(160 * sizeof *buf[i]);
+        for (int32_t k = 0; k < 160; k++) buf[i][k] = (k * 37 + i * 11 + 5) % V;
+        b[i] = dsv41_session_new(m);
+        a[i] = dsv41_session_new(m);
+        lb[i] = malloc((size_t)V * sizeof *lb[i]);
+        la[i] = malloc((size_t)V * sizeof *la[i]);
+        ok &= dsv41_session_set_prefill_rows(b[i], tiles[i]) == 0 && dsv41_session_set_prefill_rows(a[i], tiles[i]) == 0;
+    }
+    ok &= dsv41_session_forward(b[2], buf[2] + 1, 40, NULL, NULL) == 0 && dsv41_session_forward(a[2], buf[2] + 1, 40, NULL, NULL) == 0;
+    for (int step = 0; ok && step < 3; step++) {
+        ok = dsv41_batch_forward(b, ids, len, N, lb) == 0;
+        for (int i = 0; ok && i < N; i++) {
+            const char *diff = dsv41_session_forward(a[i], ids[i], len[i], la[i], NULL) ? "a call" : state_diff(a[i], b[i], 0);
+            if (!diff && memcmp(la[i], lb[i], (size_t)V * sizeof *la[i])) diff = "logits";
+            if (!diff && memcmp(a[i]->draft->taps, b[i]->draft->taps,
+                                (size_t)m->cfg.window_size * m->cfg.dspark_n_targets * m->cfg.dim * sizeof(float)))
+                diff = "drafter taps";
+            CHECK(!diff, "batch call %d, session %d (%d tokens at %d): as alone (%s differs)", step, i, len[i],
+                  a[i]->pos - len[i], diff ? diff : "");
+            ok = !diff;
+            ids[i] = buf[i] + 151 + step; /* the next calls feed one token each */
+            len[i] = 1;
+        }
+    }
+    CHECK(ok, "a batch of tiled prefills and a decode step, then decode steps: as each session alone");
+    for (int i = 0; i < N; i++) {
+        dsv41_session_free(a[i]);
+        dsv41_session_free(b[i]);
+        free(la[i]);
+        free(lb[i]);
+        free(buf[i]);
+    }
 }
 
 int main(void) {
@@ -212,6 +361,18 @@ int main(void) {
     if (m) {
         static const int32_t tiles[] = {16, 100, 512};
         check_tiles(m, 1100, tiles, 3, 3u);
+    }
+    dsv41_model_free(m);
+    m = halo_model();
+    CHECK(m != NULL, "the tiny model with one kv source: %s", dsv41_error());
+    if (m) {
+        int skipped;
+        check_skip(m, 150, 4u, 1, &skipped);
+        CHECK(skipped, "150 tokens: the last index source skipped rows (its top-k differs from the full call's)");
+        check_skip(m, 97, 5u, 0, &skipped); /* an odd prompt: the compressor's tail */
+        check_skip(m, 22, 6u, 0, &skipped); /* the halo: layer 3 computes every row */
+        check_skip(m, 8, 7u, 0, &skipped);  /* the window: every layer computes every row */
+        check_batch(m);
     }
     dsv41_model_free(m);
     m = tiny_model(8192, 0);

@@ -37,11 +37,13 @@ void dspark_tap(const batch_seq *seq, int32_t count, int32_t l, int64_t T, const
     for (int32_t i = 0; i < count; i++) {
         dspark_state *d = seq[i].s->draft;
         if (!d) continue;
-        int32_t pos = seq[i].s->pos, n = (int32_t)seq[i].T;
+        /* a tile of a prefill holds the call's rows [at, at + n); only the call's last W rows are
+         * kept, so a tile before them taps nothing */
+        int32_t pos = seq[i].s->pos, n = (int32_t)seq[i].T, at = (int32_t)seq[i].at, end = (int32_t)seq[i].call_T;
         /* torch's mean of bf16 copies: an f32 sum in copy order, divided, rounded once */
-        for (int32_t t = n > W ? n - W : 0; t < n; t++) {
+        for (int32_t t = end - W - at > 0 ? end - W - at : 0; t < n; t++) {
             const float *x = h + (seq[i].row0 + t) * hc * dim;
-            float *tap = d->taps + (int64_t)((pos + t) % W) * ntd + (int64_t)j * dim;
+            float *tap = d->taps + (int64_t)((pos + at + t) % W) * ntd + (int64_t)j * dim;
             for (int32_t e = 0; e < dim; e++) {
                 float sum = x[e];
                 for (int32_t k = 1; k < hc; k++) sum += x[k * dim + e];
@@ -50,7 +52,7 @@ void dspark_tap(const batch_seq *seq, int32_t count, int32_t l, int64_t T, const
         }
         if (j == 0) { /* the first target layer of the call: these positions now wait for the rings */
             if (d->hi != pos) d->lo = pos; /* a session loaded from a file: no taps before this call */
-            d->hi = pos + n;
+            d->hi = pos + end;
             if (d->lo < d->hi - W) d->lo = d->hi - W;
         }
     }

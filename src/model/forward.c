@@ -121,18 +121,104 @@ static void embed_rows(const dsv41_model *m, const int32_t *ids, int64_t n, floa
     }
 }
 
-/* The rows a prefill's layers take at a time: the whole call, or for a single session's prefill
- * longer than its tile setting, tiles of that many rows rounded down to a multiple of every
- * compress ratio (a tile closes whole compressor groups). A trace records whole calls. */
-static int64_t call_tile(const batch_seq *seq, int32_t count, int64_t T, const dsv41_trace *tr) {
-    const dsv41_session *s = seq[0].s;
+/* The rows a session's part of a call takes through a layer at a time: all of them, or for a
+ * prefill longer than its session's tile setting, tiles of that many rows rounded down to a
+ * multiple of every compress ratio (a tile closes whole compressor groups). A trace records
+ * whole calls. */
+static int64_t seq_tile(const batch_seq *sq, const dsv41_trace *tr) {
+    const dsv41_session *s = sq->s;
     const config *c = &s->m->cfg;
-    if (count > 1 || s->pos > 0 || tr || T <= s->tile_rows) return T;
+    if (s->pos > 0 || tr || sq->T <= s->tile_rows) return sq->T;
     int64_t unit = 1;
     for (int32_t l = 0; l < c->n_layers; l++) /* ratios are 0, 1 or 2 (config), so this is 1 or 2 */
         if (c->compress_ratio[l] > 1 && unit % c->compress_ratio[l]) unit *= c->compress_ratio[l];
     int64_t tile = s->tile_rows / unit * unit;
     return tile > unit ? tile : unit;
+}
+
+/* Exact row skipping (the "dependency halo" of bounded replay). A prefill must leave the last
+ * row's logits and the caches: each layer's window ring (the KV of its last W = window_size
+ * rows, each a function of that row's input alone), the kv sources' compressed KV, index keys
+ * and compressor tails, the candidate source's candidates, the Engram history (read from the
+ * ids) and the drafter's taps (the last W rows' inputs of its target layers). A kv source reads
+ * every row of its input into its caches, and its keys and compressed rows are read by every
+ * later row of every later compressed layer; the candidate source keeps a row of candidates per
+ * row. Past the last of these layers (`full`), a row reaches another row only through the
+ * window of some later layer: the norms, mHC, MoE and Engram work row by row, and an index
+ * source there scores its own row's query against keys and candidates already complete. Row r
+ * of a layer attends the KV of rows r - W + 1 .. r (itself included), so a layer that starts
+ * at row s gives exact outputs from row s + W - 1 on (the rows before see a window cut short by
+ * the rows it skipped; nothing reads their outputs, they run for their KV), and the layer after
+ * it can start there. The last layer starts at T - W (its ring; its last row then has its whole
+ * window), so layer l starts (W - 1) rows earlier per layer after it: at
+ * T - W - (n_layers - 1 - l)(W - 1), and the first layer past `full` keeps
+ * W + (D - 1)(W - 1) rows of D trimmed layers. Every row each layer computes is what the whole
+ * call computes for it (the tiles' rule), so the results are the same bits. The published top-k
+ * of a row is then the one of the last index source that computed the row: a slot of the call
+ * that no later call reads (every compressed layer has an index source of its own call at or
+ * before it). */
+static int32_t last_full_layer(const config *c) {
+    int32_t full = c->candidate_source_layer;
+    for (int32_t l = 0; l < c->n_layers; l++)
+        if (c->is_kv_source[l] && l > full) full = l;
+    return full;
+}
+
+/* The first of a prefill's T rows that layer l computes (the rows before it skips), past layer `full` */
+static int64_t layer_first_row(const config *c, int32_t full, int32_t l, int64_t T) {
+    int64_t W = c->window_size, first = T - W - (int64_t)(c->n_layers - 1 - l) * (W - 1);
+    return l <= full || first < 0 ? 0 : first;
+}
+
+/* The call's stream and what block() takes with it, for layer_tiles */
+typedef struct {
+    const int32_t *ids;     /* [T] the call's ids, the first layer's input */
+    const int64_t *hashes;  /* [T][n_engram * engram_cols] */
+    uint16_t *hb;           /* [T][hc][dim] the stream between layers, bf16 */
+    float *pre_mix;         /* [T][hc] */
+    const int64_t *tile;    /* [count] each session's tile rows (seq_tile) */
+    int32_t full;           /* the last layer that computes every row (layer_first_row) */
+} call_stream;
+
+/* Layer l over the rows of seq that it computes, in rounds: in each, every session takes its
+ * next tile of them, in order, and the tiles of all the sessions go through block() together
+ * (each weight read once a round), from h [sum of tiles][hc][dim] and buffers of that many rows. */
+static void layer_tiles(const batch_seq *seq, int32_t count, int32_t l, const call_stream *cs, float *h) {
+    const dsv41_model *m = seq[0].s->m;
+    const config *c = &m->cfg;
+    int32_t hc = c->hc_mult;
+    int64_t hrow = (int64_t)hc * c->dim, ncols = c->n_engram ? (int64_t)c->n_engram * engram_cols(c) : 0, cap = 0;
+    for (int32_t i = 0; i < count; i++) cap += cs->tile[i];
+    scratch_mark mark = scratch_begin();
+    batch_seq *rs = scratch_bytes((size_t)count * sizeof *rs);
+    int64_t *hashes = scratch_i64(cap * (ncols ? ncols : 1)), *first = scratch_i64(count);
+    int32_t *who = scratch_i32(count); /* the session of each of a round's tiles */
+    float *pre_mix = scratch_f32(cap * hc);
+    for (int32_t i = 0; i < count; i++) first[i] = seq[i].s->pos == 0 ? layer_first_row(c, cs->full, l, seq[i].T) : 0;
+    for (int64_t k = 0;; k++) {
+        int32_t n = 0;
+        int64_t R = 0;
+        for (int32_t i = 0; i < count; i++) {
+            int64_t r0 = first[i] + k * cs->tile[i], g = seq[i].row0 + r0;
+            if (r0 >= seq[i].T) continue;
+            int64_t rows = seq[i].T - r0 < cs->tile[i] ? seq[i].T - r0 : cs->tile[i];
+            who[n] = i;
+            rs[n++] = (batch_seq){seq[i].s, R, rows, r0, seq[i].T};
+            if (l == 0) embed_rows(m, cs->ids + g, rows, h + R * hrow);
+            else for (int64_t e = 0; e < rows * hrow; e++) h[R * hrow + e] = bf16_to_f32(cs->hb[g * hrow + e]);
+            memcpy(hashes + R * ncols, cs->hashes + g * ncols, (size_t)(rows * ncols) * sizeof *hashes);
+            memcpy(pre_mix + R * hc, cs->pre_mix + g * hc, (size_t)(rows * hc) * sizeof *pre_mix);
+            R += rows;
+        }
+        if (n == 0) break;
+        block(rs, n, l, R, hashes, h, pre_mix, NULL);
+        for (int32_t j = 0; j < n; j++) {
+            int64_t g = seq[who[j]].row0 + rs[j].at;
+            for (int64_t e = 0; e < rs[j].T * hrow; e++) cs->hb[g * hrow + e] = f32_to_bf16(h[rs[j].row0 * hrow + e]);
+            memcpy(cs->pre_mix + g * hc, pre_mix + rs[j].row0 * hc, (size_t)(rs[j].T * hc) * sizeof *pre_mix);
+        }
+    }
+    scratch_end(mark);
 }
 
 /* One call of the reference for every session of seq: a prefill (pos 0, any n) or one decode
@@ -146,19 +232,29 @@ static int64_t call_tile(const batch_seq *seq, int32_t count, int64_t T, const d
  * reads of the rows before it (the window ring, the compressed caches, the index keys) is
  * already written, and every row computes exactly what the whole call would. Between layers
  * the stream is bf16, as the reference keeps it (every block ends in a bf16 rounding), so it is
- * stored as bf16 there; the first layer's tiles take their rows from the embedding. */
+ * stored as bf16 there; the first layer's tiles take their rows from the embedding. A batch
+ * does the same, its sessions' tiles side by side (layer_tiles). */
 static int forward_rows(const batch_seq *seq, int32_t count, int64_t T, const int32_t *const *ids,
                         float *const *logits, int all, dsv41_trace *tr) {
     DSV41_ASSERT(batch_valid(seq, count));
     const dsv41_model *m = seq[0].s->m;
     const config *c = &m->cfg;
     int32_t hc = c->hc_mult, dim = c->dim, cols = engram_cols(c), ne = c->n_engram ? c->n_engram : 1;
-    int64_t tile = call_tile(seq, count, T, tr), ncols = (int64_t)ne * cols, hrow = (int64_t)hc * dim;
+    int64_t ncols = (int64_t)ne * cols, hrow = (int64_t)hc * dim, cap = 0;
     scratch_mark mark = scratch_begin();
-    int64_t *hashes = scratch_i64(T * ncols);
+    int64_t *hashes = scratch_i64(T * ncols), *tile = scratch_i64(count);
     int32_t *all_ids = scratch_i32(T);
-    float *h = scratch_f32((tile < T ? tile : T) * hrow), *pre_mix = scratch_f32(T * hc);
-    uint16_t *hb = tile < T ? scratch_bytes((size_t)(T * hrow) * sizeof *hb) : NULL; /* [T][hc][dim] between layers */
+    /* a prefill that wants only its last row skips rows (layer_first_row); a trace records, and
+     * `all` returns, every row of every layer */
+    int32_t full = tr || all ? c->n_layers : last_full_layer(c), tiled = 0;
+    for (int32_t i = 0; i < count; i++) {
+        tile[i] = seq_tile(&seq[i], tr);
+        cap += tile[i];
+        tiled |= tile[i] < seq[i].T || (seq[i].s->pos == 0 && layer_first_row(c, full, c->n_layers - 1, seq[i].T) > 0);
+    }
+    float *h = scratch_f32(cap * hrow), *pre_mix = scratch_f32(T * hc);
+    uint16_t *hb = tiled ? scratch_bytes((size_t)(T * hrow) * sizeof *hb) : NULL; /* [T][hc][dim] between layers */
+    call_stream cs = {all_ids, hashes, hb, pre_mix, tile, full};
 
     for (int32_t i = 0; i < count; i++) { /* the n-gram hashes read each session's own history */
         memcpy(all_ids + seq[i].row0, ids[i], (size_t)seq[i].T * sizeof *all_ids);
@@ -180,14 +276,8 @@ static int forward_rows(const batch_seq *seq, int32_t count, int64_t T, const in
             session_clear(s0, s0->pos + (int32_t)T); /* the layers done wrote rows up to pos + T */
             return set_error("forward: cancelled");
         }
-        if (!hb) block(seq, count, l, T, hashes, h, pre_mix, tr);
-        for (int64_t r0 = 0; hb && r0 < T; r0 += tile) { /* one session */
-            int64_t R = T - r0 < tile ? T - r0 : tile;
-            if (l == 0) embed_rows(m, all_ids + r0, R, h);
-            else for (int64_t i = 0; i < R * hrow; i++) h[i] = bf16_to_f32(hb[r0 * hrow + i]);
-            block(&(batch_seq){s0, 0, R, r0, T}, 1, l, R, hashes + r0 * ncols, h, pre_mix + r0 * hc, tr);
-            for (int64_t i = 0; i < R * hrow; i++) hb[r0 * hrow + i] = f32_to_bf16(h[i]);
-        }
+        if (hb) layer_tiles(seq, count, l, &cs, h);
+        else block(seq, count, l, T, hashes, h, pre_mix, tr);
         for (int32_t i = 0; i < count; i++)
             if (seq[i].s->progress) seq[i].s->progress(seq[i].s->progress_ctx, l + 1, c->n_layers);
     }
@@ -201,7 +291,7 @@ static int forward_rows(const batch_seq *seq, int32_t count, int64_t T, const in
         wrow[i] = R;
         R += seq[i].T - first[i];
     }
-    int64_t chunk = R < tile ? R : tile;
+    int64_t chunk = R < cap ? R : cap;
     float *x = scratch_f32(chunk * dim), *xn = scratch_f32(chunk * dim), *lg = scratch_f32(chunk * V);
     for (int64_t j0 = 0; j0 < R; j0 += chunk) {
         int64_t n = R - j0 < chunk ? R - j0 : chunk;
@@ -210,7 +300,7 @@ static int forward_rows(const batch_seq *seq, int32_t count, int64_t T, const in
             int64_t r = seq[i].row0 + first[i] + lo - wrow[i]; /* its row in the stream */
             if (lo >= hi) continue;
             const float *hr = h + r * hrow;
-            if (hb) { /* one session: its rows into the tile's buffer */
+            if (hb) { /* its rows into the tiles' buffer */
                 for (int64_t e = 0; e < (hi - lo) * hrow; e++) h[e] = bf16_to_f32(hb[r * hrow + e]);
                 hr = h;
             }
