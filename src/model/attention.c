@@ -101,7 +101,7 @@ enum { HB = 4 }; /* heads per job item: they share every KV row they read */
 
 typedef struct {
     const float *q, *sink;
-    const float *win, *ckv; /* rows [0, nwin): the window rows; from nwin on: the compressed cache */
+    const float *win, *ckv; /* rows [0, nwin): the window rows; from nwin on: the compressed rows it reads */
     const int32_t *idx;
     int64_t T;
     int32_t H, D, width, nwin;
@@ -246,9 +246,9 @@ __attribute__((target("avx512f"))) static void attn_range_avx512(void *ctx, int6
 /* Each job: q [T][H][D], window rows win [nwin][D] then the compressed cache ckv, sink [H], idx
  * [T][width] (-1: none) -> o [T][H][D] bf16. The jobs of all the sessions of a batch go to the
  * pool as one, split by (session, head block, token): a decode step's session alone is a few
- * items, and a pool job each would make a handshake per session and layer. The compressed cache
- * is read where it lives: at long contexts a copy beside the window rows would cost more than
- * the attention over the few rows picked from it. */
+ * items, and a pool job each would make a handshake per session and layer. Of the compressed
+ * cache a job holds only the rows its indices pick, unpacked (gather_compressed): at long
+ * contexts the whole cache would cost more than the attention over the few rows picked. */
 static void sparse_attn(const attn_job *jobs, int32_t n) {
     scratch_mark mark = scratch_begin();
     int64_t *first = scratch_i64(n + 1);
