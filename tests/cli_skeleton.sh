@@ -55,8 +55,8 @@ inspected() {
 want=$(python3 tests/ref/release_inventory.py "$cfg")
 got=$(inspected "$tmp/v41")
 [ -n "$want" ] && [ "$got" = "$want" ] && ok || bad "inspect of the skeleton: got '$got', want '$want'"
-# the cache per token of context: 890 bytes at the release's precision (2.5 entries of 288 + 68)
-"$dsv41" inspect "$tmp/v41" | grep -qx "cache per token of context: 6408 bytes as held (f32), 890 at the release's precision (FP4 compressed KV and index keys)" &&
+# the cache per token of context: 890 bytes packed at the release's precision (2.5 entries of 288 + 68), plus the ids (12)
+"$dsv41" inspect "$tmp/v41" | grep -qx "cache per token of context: 902 bytes as a session holds it, 890 of them the compressed KV and index keys packed at the release's precision (FP4)" &&
     ok || bad "inspect of the skeleton: the cache per token: $("$dsv41" inspect "$tmp/v41" | grep cache)"
 
 # the flat inference/config.json form of the same config, over the same shards

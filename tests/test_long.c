@@ -59,11 +59,11 @@ static const char *state_diff(const dsv41_session *a, const dsv41_session *b, in
     if (memcmp(a->logits, b->logits, (size_t)c->vocab_size * sizeof *a->logits)) return "last logits";
     for (int32_t l = 0; l < c->n_layers; l++) {
         const layer_state *x = &a->layers[l], *y = &b->layers[l];
-        if (memcmp(x->window, y->window, (size_t)c->window_size * c->head_dim * sizeof(float))) return "window ring";
+        if (memcmp(x->window, y->window, (size_t)c->window_size * window_row_bytes(c))) return "window ring";
         if (!c->is_kv_source[l]) continue;
         size_t r = (size_t)c->compress_ratio[l], used = (size_t)a->pos / r;
-        if (memcmp(x->ckv, y->ckv, used * c->head_dim * sizeof(float))) return "compressed KV";
-        if (memcmp(x->ik, y->ik, used * c->index_head_dim * sizeof(float))) return "index keys";
+        if (memcmp(x->ckv, y->ckv, used * ckv_row_bytes(c))) return "compressed KV";
+        if (memcmp(x->ik, y->ik, used * ik_row_bytes(c))) return "index keys";
         if (memcmp(x->kv_state, y->kv_state, r * c->head_dim * sizeof(float)) ||
             memcmp(x->score_state, y->score_state, r * c->head_dim * sizeof(float)))
             return "compressor tail";
@@ -173,7 +173,10 @@ static void check_growth(const dsv41_model *m) {
 /* Past the real candidate window: a prompt of 16,450 positions (the candidate layer selects 2,048
  * of its 2,057 blocks), prefilled in tiles of 512 rows at the default threads and kernels, and in
  * tiles of 3,000 on one thread with the scalar kernels, then decode steps: the same bits. The
- * tiles were checked against the whole call above; a whole call here would hold 1 GB of scores. */
+ * tiles were checked against the whole call above; a whole call here would hold 1 GB of scores.
+ * The server's paths to the same state share the prefill: its prompt cache (a copy of the
+ * prefilled session, then one token per step) and a saved slot (the session file, loaded into a
+ * fresh session) must hold the same state and decode the same bits. */
 static void check_far(const dsv41_model *m) {
     int32_t n = 16450, V = dsv41_model_vocab_size(m), threads = pool_threads(), *ids = malloc((size_t)n * sizeof *ids);
     uint32_t seed = 11;
@@ -189,14 +192,39 @@ static void check_far(const dsv41_model *m) {
     CHECK(x->shared.cand_rows == n && x->shared.cand[(int64_t)(n - 1) * 2048 + 2047] >= 0 &&
               cand_blocks(&m->cfg, x->shared.cand_width) == 2048,
           "the last row keeps 2,048 blocks");
-    int same = ok;
+    char path[] = "/tmp/dsv41-long-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    dsv41_session *cached = dsv41_session_new(m), *slot = dsv41_session_new(m);
+    int held = ok && fd >= 0 && dsv41_session_copy(cached, x) == 0 && dsv41_session_save(x, path) == 0 &&
+               dsv41_session_load(slot, path) == 0;
+    const char *dc = held ? state_diff(x, cached, 0) : "a call", *ds = held ? state_diff(x, slot, 0) : "a call";
+    CHECK(held && !dc && !ds, "16,450 positions: the prompt cache's copy and a saved slot hold the state (%s, %s)",
+          dc ? dc : "copy same", ds ? ds : "file same");
+    FILE *sf = fopen(path, "rb");
+    long bytes = sf && fseek(sf, 0, SEEK_END) == 0 ? ftell(sf) : -1;
+    if (sf) fclose(sf);
+    printf("a session file at 16,450 positions of this geometry: %ld bytes\n", bytes);
+    unlink(path);
+    float *c = malloc((size_t)V * sizeof *c), *d = malloc((size_t)V * sizeof *d);
+    int same = ok, served = held;
     for (int32_t i = 0; same && i < 4; i++) {
         int32_t next = ids[i];
         same = dsv41_session_forward(y, &next, 1, b, NULL) == 0 && dsv41_set_kernels(NULL) == 0 &&
                dsv41_set_threads(threads) == 0 && dsv41_session_forward(x, &next, 1, a, NULL) == 0 &&
-               !memcmp(a, b, (size_t)V * sizeof *a) && dsv41_set_threads(1) == 0 && dsv41_set_kernels("scalar") == 0;
+               !memcmp(a, b, (size_t)V * sizeof *a);
+        served = served && same && dsv41_session_forward(cached, &next, 1, c, NULL) == 0 &&
+                 dsv41_session_forward(slot, &next, 1, d, NULL) == 0 && !memcmp(a, c, (size_t)V * sizeof *a) &&
+                 !memcmp(a, d, (size_t)V * sizeof *a);
+        same = same && dsv41_set_threads(1) == 0 && dsv41_set_kernels("scalar") == 0;
     }
     CHECK(same && !state_diff(x, y, 0), "16,450 positions: the decode steps after it");
+    CHECK(served && !state_diff(x, cached, 0) && !state_diff(x, slot, 0),
+          "16,450 positions: the prompt cache's copy and the saved slot decode the same bits");
+    dsv41_session_free(cached);
+    dsv41_session_free(slot);
+    free(c);
+    free(d);
     dsv41_set_kernels(NULL);
     dsv41_set_threads(threads);
     dsv41_session_free(x);

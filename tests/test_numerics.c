@@ -81,6 +81,51 @@ static void test_fake_quant(void) {
     CHECK(z[0] == 0.0f && z[15] == 0.0f, "an all-zero fp4 block stays zero (scale floor keeps it finite)");
 }
 
+/* Packed rows: the codes and scales where numerics.h puts them, and unpacking that gives the
+ * fake-quantized values bit for bit on rows of every kind of value: zeros of both signs, NaN,
+ * blocks from 2^-40 to 2^20 (subnormal e4m3 codes, scale floors), values far below their block's
+ * largest. */
+static void test_packed(void) {
+    enum { N = 256 };
+    float x[N], f[N], y[N];
+    uint8_t row[N + N / 32];
+    uint32_t seed = 7;
+    int same[3] = {1, 1, 1};
+    for (int trial = 0; trial < 300; trial++) {
+        float mag = 1.0f;
+        for (int i = 0; i < N; i++) {
+            seed = seed * 1664525u + 1013904223u;
+            if (i % 32 == 0) mag = ldexpf(1.0f, (int)(seed >> 26) - 40);
+            float v = ((float)(seed >> 8 & 0xFFFF) / 32768.0f - 1.0f) * mag;
+            int kind = (int)(seed >> 4 & 15);
+            x[i] = kind == 0 ? 0.0f : kind == 1 ? -0.0f : kind == 2 && trial % 7 == 0 ? NAN : kind == 3 ? v * 1e-5f : bf16_round(v);
+        }
+        for (int k = 0; k < 3; k++) {
+            memcpy(f, x, sizeof x);
+            if (k == 0) fp8_fake_quant(f, N), fp8_pack(x, N, row), fp8_unpack(row, N, y);
+            if (k == 1) fp4_fake_quant_e8m0(f, N, 32), fp4_pack_e8m0(x, N, row), fp4_unpack_e8m0(row, N, y);
+            if (k == 2) fp4_fake_quant_e4m3(f, N, 16), fp4_pack_e4m3(x, N, row), fp4_unpack_e4m3(row, N, y);
+            same[k] &= !memcmp(f, y, sizeof f);
+        }
+    }
+    CHECK(same[0], "an fp8 row unpacks to the fp8 fake quant's values, bit for bit");
+    CHECK(same[1], "an fp4 row with ue8m0 scales unpacks to its fake quant's values, bit for bit");
+    CHECK(same[2], "an fp4 row with e4m3 scales unpacks to its fake quant's values, bit for bit");
+    CHECK(fp8_row_bytes(512) == 528 && fp4_row_bytes(512, 16) == 288 && fp4_row_bytes(128, 32) == 68,
+          "V4.1-Flash's rows: 528, 288 and 68 bytes");
+    memset(x, 0, sizeof x);
+    x[0] = 1.0f;  /* fp8: s = 2^-8 (ue8m0 byte 119), 1.0 / s = 256 is e4m3 0x78; second block s = 2^-9 */
+    x[33] = -0.5f; /* fp4 ue8m0, second block: s = pow2_ceil(0.5 / 6) = 2^-3 (byte 124), -4 is e2m1 0xE */
+    fp8_pack(x, 64, row);
+    CHECK(row[0] == 0x78 && row[1] == 0 && row[64] == 119 && row[65] == 118, "fp8 row: the codes, then a scale byte per 32");
+    fp4_pack_e8m0(x, 64, row);
+    CHECK(row[0] == 0x06 && row[16] == 0xE0 && row[32] == 125 && row[33] == 124,
+          "fp4 row: two codes a byte, the even element low, then a ue8m0 byte per 32");
+    x[1] = 3.0f; /* fp4 e4m3, first block: amax 3, s = e4m3(0.5) = 0x30; 1 / 0.5 = 2 is 0x4, 3 / 0.5 = 6 is 0x7 */
+    fp4_pack_e4m3(x, 32, row);
+    CHECK(row[0] == 0x74 && row[16] == 0x30, "fp4 row: an e4m3 scale byte per 16");
+}
+
 static void test_filler(void) {
     static const uint64_t probe[8] = {4530187002354869821ULL, 17455673724717726068ULL, 7244518941104967962ULL,
                                       6691932448422664946ULL, 5177458398162290887ULL, 7567973285506226951ULL,
@@ -192,6 +237,7 @@ int main(void) {
     test_e4m3();
     test_bf16_e8m0_e2m1();
     test_fake_quant();
+    test_packed();
     test_filler();
     test_topk_ties();
     test_topk_long();

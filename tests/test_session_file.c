@@ -135,14 +135,15 @@ static void test_damage(const dsv41_model *m) {
     write_bytes(bad, longer, n + 1);
     CHECK(refused(b, ref, bad, V), "a byte appended is refused");
     free(longer);
-    uint8_t version = bytes[8];
-    bytes[8] = 1; /* an older format version, then a future one */
+    CHECK(bytes[8] == 2, "the format version is 2");
+    bytes[8] = 3; /* a future format version */
     write_bytes(bad, bytes, n);
-    CHECK(refused(b, ref, bad, V) && strstr(dsv41_error(), "version 1"), "an older version: %s", dsv41_error());
-    bytes[8] = (uint8_t)(version + 1);
+    CHECK(refused(b, ref, bad, V) && strstr(dsv41_error(), "version 3"), "a future version: %s", dsv41_error());
+    bytes[8] = 1; /* version 1 held the caches as f32 and the candidates as a mask */
     write_bytes(bad, bytes, n);
-    bytes[8] = version;
-    CHECK(refused(b, ref, bad, V) && strstr(dsv41_error(), "version"), "a future version: %s", dsv41_error());
+    bytes[8] = 2;
+    CHECK(refused(b, ref, bad, V) && strstr(dsv41_error(), "version 1") && strstr(dsv41_error(), "reads version 2"),
+          "an older version: %s", dsv41_error());
     /* a crafted file with a valid checksum: counts a position cannot have, a top-k entry past
      * the cache; the fields are the header's (docs/SESSION_FORMAT.md) */
     static const struct { size_t at; int32_t value; const char *msg; } crafted[] = {
@@ -152,9 +153,10 @@ static void test_damage(const dsv41_model *m) {
     for (size_t i = 0; i < sizeof crafted / sizeof *crafted; i++) {
         uint8_t *f = malloc(n);
         memcpy(f, bytes, n);
-        uint32_t cnt[4]; /* topk rows, width, mask rows, width: the top-k then the mask end the state */
+        uint32_t cnt[4]; /* topk rows, width, candidate rows, width: the top-k then the blocks end the state */
         for (int c = 0; c < 4; c++) cnt[c] = (uint32_t)f[48 + 4 * c] | (uint32_t)f[49 + 4 * c] << 8;
-        size_t at = crafted[i].at != SIZE_MAX ? crafted[i].at : n - 8 - cnt[2] * cnt[3] - 4 * cnt[0] * cnt[1];
+        size_t kb = cnt[2] ? (size_t)cand_blocks(&m->cfg, (int32_t)cnt[3]) : 0;
+        size_t at = crafted[i].at != SIZE_MAX ? crafted[i].at : n - 8 - 4 * cnt[2] * kb - 4 * cnt[0] * cnt[1];
         uint32_t v = crafted[i].at != SIZE_MAX ? (uint32_t)crafted[i].value : 99;
         for (int b = 0; b < 4; b++) f[at + b] = (uint8_t)(v >> 8 * b);
         uint64_t sum = checksum64(f, n - 8);
@@ -163,16 +165,19 @@ static void test_damage(const dsv41_model *m) {
         free(f);
         CHECK(refused(b, ref, bad, V) && strstr(dsv41_error(), crafted[i].msg), "crafted case %zu: %s", i, dsv41_error());
     }
-    { /* a candidate mask that is part of a block (its last entry toggled), with a valid checksum */
+    /* candidate blocks no indexer leaves, with a valid checksum: the last row's last block past
+     * the row, or below -1 */
+    for (int bad_row = 0; bad_row < 2; bad_row++) {
         uint8_t *f = malloc(n);
         memcpy(f, bytes, n);
-        f[n - 9] ^= 1;
+        uint32_t v = bad_row ? (uint32_t)-2 : 9999;
+        for (int b = 0; b < 4; b++) f[n - 12 + b] = (uint8_t)(v >> 8 * b);
         uint64_t sum = checksum64(f, n - 8);
         for (int b = 0; b < 8; b++) f[n - 8 + b] = (uint8_t)(sum >> 8 * b);
         write_bytes(bad, f, n);
         free(f);
-        CHECK(refused(b, ref, bad, V) && strstr(dsv41_error(), "sizes"), "a candidate mask of part of a block is refused: %s",
-              dsv41_error());
+        CHECK(refused(b, ref, bad, V) && strstr(dsv41_error(), "sizes"), "candidate blocks no indexer leaves (%d) are refused: %s",
+              bad_row, dsv41_error());
     }
     char missing[128];
     snprintf(missing, sizeof missing, "%s/none.session", tmpdir);

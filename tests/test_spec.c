@@ -101,10 +101,10 @@ static int same_state(const dsv41_session *a, const dsv41_session *b) {
         return 0;
     for (int32_t l = 0; l < c->n_layers; l++) {
         const layer_state *x = &a->layers[l], *y = &b->layers[l];
-        if (memcmp(x->window, y->window, (size_t)c->window_size * c->head_dim * sizeof(float))) return 0;
+        if (memcmp(x->window, y->window, (size_t)c->window_size * window_row_bytes(c))) return 0;
         if (!c->is_kv_source[l]) continue;
         size_t r = (size_t)c->compress_ratio[l], g = (size_t)c->max_seq_len / r + 1;
-        if (memcmp(x->ckv, y->ckv, g * c->head_dim * sizeof(float)) || memcmp(x->ik, y->ik, g * c->index_head_dim * sizeof(float)) ||
+        if (memcmp(x->ckv, y->ckv, g * ckv_row_bytes(c)) || memcmp(x->ik, y->ik, g * ik_row_bytes(c)) ||
             memcmp(x->kv_state, y->kv_state, r * c->head_dim * sizeof(float)) ||
             memcmp(x->score_state, y->score_state, r * c->head_dim * sizeof(float)))
             return 0;

@@ -67,26 +67,127 @@ static float block_amax(const float *x, size_t n) {
 
 static float clampf(float v, float lo, float hi) { return v < lo ? lo : v > hi ? hi : v; }
 
+/* The scales of one block as act_quant and fp4_act_quant derive them. */
+static float fp8_scale(const float *x) { return pow2_ceil(fmaxf(block_amax(x, FP8_BLOCK), 1e-4f) / 448.0f); }
+static float fp4_scale_e8m0(const float *x, size_t n) { return pow2_ceil(fmaxf(block_amax(x, n), 6.0f * 0x1p-126f) / 6.0f); }
+static uint8_t fp4_scale_e4m3(const float *x, size_t n) {
+    return f32_to_e4m3(fmaxf(block_amax(x, n), 6.0f * 0x1p-9f) / 6.0f);
+}
+static uint8_t fp8_code(float x, float s) { return f32_to_e4m3(clampf(x / s, -448.0f, 448.0f)); }
+static uint8_t fp4_code(float x, float s) { return f32_to_e2m1(clampf(x / s, -6.0f, 6.0f)); }
+
 void fp8_fake_quant(float *x, size_t n) {
-    for (size_t b = 0; b < n; b += 32) {
-        float s = pow2_ceil(fmaxf(block_amax(x + b, 32), 1e-4f) / 448.0f);
-        for (size_t i = b; i < b + 32; i++)
-            x[i] = bf16_round(e4m3_to_f32(f32_to_e4m3(clampf(x[i] / s, -448.0f, 448.0f))) * s);
+    for (size_t b = 0; b < n; b += FP8_BLOCK) {
+        float s = fp8_scale(x + b);
+        for (size_t i = b; i < b + FP8_BLOCK; i++) x[i] = bf16_round(e4m3_to_f32(fp8_code(x[i], s)) * s);
     }
 }
 
 static void fp4_fake_quant_block(float *x, size_t n, float s) {
-    for (size_t i = 0; i < n; i++) x[i] = bf16_round(e2m1_to_f32(f32_to_e2m1(clampf(x[i] / s, -6.0f, 6.0f))) * s);
+    for (size_t i = 0; i < n; i++) x[i] = bf16_round(e2m1_to_f32(fp4_code(x[i], s)) * s);
 }
 
 void fp4_fake_quant_e8m0(float *x, size_t n, size_t block) {
-    for (size_t b = 0; b < n; b += block)
-        fp4_fake_quant_block(x + b, block, pow2_ceil(fmaxf(block_amax(x + b, block), 6.0f * 0x1p-126f) / 6.0f));
+    for (size_t b = 0; b < n; b += block) fp4_fake_quant_block(x + b, block, fp4_scale_e8m0(x + b, block));
 }
 
 void fp4_fake_quant_e4m3(float *x, size_t n, size_t block) {
-    for (size_t b = 0; b < n; b += block)
-        fp4_fake_quant_block(x + b, block, e4m3_to_f32(f32_to_e4m3(fmaxf(block_amax(x + b, block), 6.0f * 0x1p-9f) / 6.0f)));
+    for (size_t b = 0; b < n; b += block) fp4_fake_quant_block(x + b, block, e4m3_to_f32(fp4_scale_e4m3(x + b, block)));
+}
+
+/* Packed rows. A scale is a power of two (pow2_ceil's, never a subnormal) kept as its f32
+ * exponent field, or an e4m3 code; a value is code times scale, which is exact in f32 and in
+ * bf16 (at most 3 significant bits times a power of two, or 2 times 4), so unpacking gives the
+ * fake-quantized values bit for bit. Unpacking is on the decode path (every index key a step
+ * scores), so it works on 16 codes at a time in vectors and rebuilds each value from its fields
+ * instead of a table: an e4m3 code's exponent and mantissa shifted into an f32's and scaled by
+ * 2^120, an e2m1 code's likewise by 2^126, are exact for the subnormal codes too. */
+typedef uint8_t u8x8 __attribute__((vector_size(8)));
+typedef uint8_t u8x16 __attribute__((vector_size(16)));
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
+typedef int32_t i32x16 __attribute__((vector_size(64)));
+
+/* 16 e4m3 codes times s -> y [16] (codes 0x7F and 0xFF: NaN) */
+static inline void e4m3_unpack16(const uint8_t *q, float s, float *y) {
+    u8x16 c;
+    memcpy(&c, q, sizeof c);
+    u32x16 w = __builtin_convertvector(c, u32x16), nan = (u32x16)((i32x16)(w & 0x7F) == 0x7F), u = (w & 0x80) << 24 | (w & 0x7F) << 20;
+    v16 v;
+    memcpy(&v, &u, sizeof v);
+    v *= 0x1p120f;
+    memcpy(&u, &v, sizeof u);
+    u = (u & ~nan) | (nan & 0x7FC00000u);
+    memcpy(&v, &u, sizeof v);
+    v *= s;
+    memcpy(y, &v, sizeof v);
+}
+
+static inline float e4m3_value(uint8_t q) {
+    float v = bits_f32((uint32_t)(q & 0x80) << 24 | (uint32_t)(q & 0x7F) << 20) * 0x1p120f;
+    return (q & 0x7F) == 0x7F ? NAN : v;
+}
+
+/* 16 e2m1 codes of 8 bytes (the even element low) times s -> y [16] */
+static inline void e2m1_unpack16(const uint8_t *q, float s, float *y) {
+    u8x8 p;
+    memcpy(&p, q, sizeof p);
+    u8x8 lo = p & 15, hi = p >> 4;
+    u8x16 c = __builtin_shufflevector(lo, hi, 0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+    u32x16 w = __builtin_convertvector(c, u32x16), u = (w & 8) << 28 | (w & 7) << 22;
+    v16 v;
+    memcpy(&v, &u, sizeof v);
+    v = v * 0x1p126f * s;
+    memcpy(y, &v, sizeof v);
+}
+
+void fp8_pack(const float *x, size_t n, uint8_t *row) {
+    for (size_t b = 0; b < n; b += FP8_BLOCK) {
+        float s = fp8_scale(x + b);
+        for (size_t i = b; i < b + FP8_BLOCK; i++) row[i] = fp8_code(x[i], s);
+        row[n + b / FP8_BLOCK] = (uint8_t)(f32_bits(s) >> 23);
+    }
+}
+
+void fp8_unpack(const uint8_t *row, size_t n, float *y) {
+    for (size_t b = 0; b < n; b += FP8_BLOCK) {
+        float s = bits_f32((uint32_t)row[n + b / FP8_BLOCK] << 23);
+        for (size_t i = b; i < b + FP8_BLOCK; i += 16) e4m3_unpack16(row + i, s, y + i);
+    }
+}
+
+/* the codes of one fp4 block at scale s into row (two a byte, the even element low) */
+static void fp4_pack_block(const float *x, size_t b, size_t block, float s, uint8_t *row) {
+    for (size_t i = b; i < b + block; i += 2) row[i / 2] = (uint8_t)(fp4_code(x[i], s) | fp4_code(x[i + 1], s) << 4);
+}
+
+static void fp4_unpack_block(const uint8_t *row, size_t b, size_t block, float s, float *y) {
+    for (size_t i = b; i < b + block; i += 16) e2m1_unpack16(row + i / 2, s, y + i);
+}
+
+void fp4_pack_e8m0(const float *x, size_t n, uint8_t *row) {
+    for (size_t b = 0; b < n; b += FP4_E8M0_BLOCK) {
+        float s = fp4_scale_e8m0(x + b, FP4_E8M0_BLOCK);
+        fp4_pack_block(x, b, FP4_E8M0_BLOCK, s, row);
+        row[n / 2 + b / FP4_E8M0_BLOCK] = (uint8_t)(f32_bits(s) >> 23);
+    }
+}
+
+void fp4_unpack_e8m0(const uint8_t *row, size_t n, float *y) {
+    for (size_t b = 0; b < n; b += FP4_E8M0_BLOCK)
+        fp4_unpack_block(row, b, FP4_E8M0_BLOCK, bits_f32((uint32_t)row[n / 2 + b / FP4_E8M0_BLOCK] << 23), y);
+}
+
+void fp4_pack_e4m3(const float *x, size_t n, uint8_t *row) {
+    for (size_t b = 0; b < n; b += FP4_E4M3_BLOCK) {
+        uint8_t sc = fp4_scale_e4m3(x + b, FP4_E4M3_BLOCK);
+        fp4_pack_block(x, b, FP4_E4M3_BLOCK, e4m3_to_f32(sc), row);
+        row[n / 2 + b / FP4_E4M3_BLOCK] = sc;
+    }
+}
+
+void fp4_unpack_e4m3(const uint8_t *row, size_t n, float *y) {
+    for (size_t b = 0; b < n; b += FP4_E4M3_BLOCK)
+        fp4_unpack_block(row, b, FP4_E4M3_BLOCK, e4m3_value(row[n / 2 + b / FP4_E4M3_BLOCK]), y);
 }
 
 #define GOLD 0x9E3779B97F4A7C15ULL

@@ -96,6 +96,22 @@ void fp4_fake_quant_e8m0(float *x, size_t n, size_t block);
 /* fp4_act_quant in place with e4m3 scales: s = e4m3(max(amax, 6*2^-9)/6). */
 void fp4_fake_quant_e4m3(float *x, size_t n, size_t block);
 
+/* ---- cache rows packed at the precision the release rounds them to: a row of n values is its
+ * codes, then one scale per block. fp8: n e4m3 codes, then n/32 ue8m0 scales (act_quant's);
+ * fp4: n/2 bytes of e2m1 codes (the even element in the low nibble), then n/32 ue8m0 scales
+ * (e8m0) or n/16 e4m3 scales (e4m3), as fp4_act_quant's. A pack quantizes x exactly as the
+ * fake-quant above; its unpack gives the fake-quantized values bit for bit. n: a multiple of
+ * 32. An all-zero row unpacks to zeros. */
+enum { FP8_BLOCK = 32, FP4_E8M0_BLOCK = 32, FP4_E4M3_BLOCK = 16 };
+static inline size_t fp8_row_bytes(size_t n) { return n + n / FP8_BLOCK; }
+static inline size_t fp4_row_bytes(size_t n, size_t block) { return n / 2 + n / block; }
+void fp8_pack(const float *x, size_t n, uint8_t *row);
+void fp8_unpack(const uint8_t *row, size_t n, float *y);
+void fp4_pack_e8m0(const float *x, size_t n, uint8_t *row);
+void fp4_unpack_e8m0(const uint8_t *row, size_t n, float *y);
+void fp4_pack_e4m3(const float *x, size_t n, uint8_t *row);
+void fp4_unpack_e4m3(const uint8_t *row, size_t n, float *y);
+
 /* ---- the golden's deterministic filler (FNV-1a salt + splitmix64) */
 uint64_t fnv1a64(const char *s);
 uint64_t splitmix64(uint64_t z);

@@ -19,7 +19,7 @@
 #include "numerics.h"
 
 #define MAGIC "DSV41SES"
-#define VERSION 2u /* 2: the drafter's section */
+#define VERSION 2u /* 2: the caches packed, the candidates as blocks, the drafter's section */
 #define BUF (1 << 16)     /* bytes a writer hashes and writes at once */
 #define HEADER_BYTES 72 /* magic 8, version 4, flags 4, two identities 16, eight counts 32, data length 8 */
 
@@ -226,6 +226,31 @@ static int walk_array(stream *st, void *mem, size_t n, size_t size, int apply) {
     return 0;
 }
 
+/* n bytes of mem written as they are, or read into mem when apply (checked to be there
+ * otherwise): the packed cache rows, whose layout is bytes. -1 when the file is short. */
+static int walk_bytes(stream *st, void *mem, size_t n, int apply) {
+    if (st->f) {
+        out_bytes(st, mem, n);
+        return 0;
+    }
+    const uint8_t *b = in_bytes(st, n);
+    if (!b) return -1;
+    if (apply && n) memcpy(mem, b, n);
+    return 0;
+}
+
+/* 0 when kept [k] is a row of candidate blocks of a row of `width` entries as the indexer
+ * leaves it: distinct blocks of the row in ascending order, then -1s. */
+static int check_blocks(const config *c, const int32_t *kept, int32_t k, int32_t width) {
+    int32_t nb = (width + c->candidate_block_size - 1) / c->candidate_block_size, prev = -1;
+    for (int32_t j = 0; j < k; j++) {
+        if (kept[j] == -1) { prev = nb; continue; }
+        if (kept[j] <= prev || kept[j] >= nb) return -1;
+        prev = kept[j];
+    }
+    return 0;
+}
+
 /* The counts of the header: what the body's sizes follow from. */
 typedef struct {
     int32_t pos, has_logits, kv_layer, ik_layer; /* kv_layer, ik_layer: shared slot targets, -1 none */
@@ -234,9 +259,10 @@ typedef struct {
 
 /* The body after the header, in its order: ids [pos] i32, logits
  * [vocab] f32 when has_logits, per layer the window ring's used rows and, for a kv source, its
- * closed compressed rows, index-key rows and compressor tail, then the shared topk [rows][width]
- * i32 and candidate mask [rows][width] u8. Writes s (st->f), or checks that the file holds it
- * (apply 0) or reads it into s (apply 1, after session_clear). */
+ * closed compressed rows and index-key rows (packed rows as the session holds them) and its
+ * compressor tail, then the shared topk [rows][width] i32 and candidate blocks [rows][kb] i32.
+ * Writes s (st->f), or checks that the file holds it (apply 0) or reads it into s (apply 1,
+ * after session_clear). */
 static int walk_state(stream *st, dsv41_session *s, const counts *k, int apply) {
     const config *c = &s->m->cfg;
     size_t pos = (size_t)k->pos;
@@ -245,32 +271,24 @@ static int walk_state(stream *st, dsv41_session *s, const counts *k, int apply) 
     for (int32_t l = 0; l < c->n_layers; l++) {
         layer_state *L = &s->layers[l];
         size_t win = pos < (size_t)c->window_size ? pos : (size_t)c->window_size, hd = (size_t)c->head_dim;
-        if (walk_array(st, L->window, win * hd, 4, apply)) return -1;
+        if (walk_bytes(st, L->window, win * window_row_bytes(c), apply)) return -1;
         if (!c->is_kv_source[l]) continue;
         size_t ratio = (size_t)c->compress_ratio[l], used = ratio ? pos / ratio : 0;
-        if (walk_array(st, L->ckv, used * hd, 4, apply) ||
-            walk_array(st, L->ik, used * (size_t)c->index_head_dim, 4, apply) ||
+        if (walk_bytes(st, L->ckv, used * ckv_row_bytes(c), apply) || walk_bytes(st, L->ik, used * ik_row_bytes(c), apply) ||
             walk_array(st, L->kv_state, ratio * hd, 4, apply) || walk_array(st, L->score_state, ratio * hd, 4, apply))
             return -1;
     }
-    size_t nt = (size_t)k->topk_rows * (size_t)k->topk_width, w = (size_t)k->cand_width;
+    size_t nt = (size_t)k->topk_rows * (size_t)k->topk_width;
     if (walk_array(st, s->shared.topk, nt, 4, apply)) return -1;
-    /* the file holds the mask of every entry; the session the blocks each row keeps (checked
-     * to be whole blocks, as many as a row keeps, before a load applies them) */
+    /* the blocks each row keeps, as the session holds them (a mask of every entry would grow
+     * with the square of the prompt); checked before a load applies them */
     if (!k->cand_rows) return 0;
-    size_t kb = (size_t)cand_blocks(c, k->cand_width);
-    void *row = malloc(st->f ? w : kb * sizeof(int32_t));
-    if (!row) return st->failed = 1, set_error("session: out of memory");
+    int32_t kb = cand_blocks(c, k->cand_width), *row = st->f || apply ? NULL : malloc((size_t)(kb > 0 ? kb : 1) * sizeof *row);
+    if (!st->f && !apply && !row) return set_error("session: out of memory");
     int rc = 0;
     for (int32_t r = 0; rc == 0 && r < k->cand_rows; r++) {
-        int32_t *kept = apply ? s->shared.cand + (size_t)r * kb : row;
-        if (st->f) {
-            cand_mask(c, s->shared.cand + (size_t)r * kb, k->cand_width, row);
-            out_bytes(st, row, w);
-        } else {
-            const uint8_t *b = in_bytes(st, w);
-            rc = !b || cand_from_mask(c, b, k->cand_width, kept) ? -1 : 0;
-        }
+        int32_t *kept = row ? row : s->shared.cand + (size_t)r * kb;
+        rc = walk_array(st, kept, (size_t)kb, 4, 1) || (!st->f && check_blocks(c, kept, kb, k->cand_width)) ? -1 : 0;
     }
     free(row);
     return rc;
@@ -445,8 +463,9 @@ int dsv41_session_load_data(dsv41_session *s, const char *path, void **data, siz
         set_error("session: %s: its sizes do not match its contents", path);
         goto out;
     }
-    size_t nt = (size_t)k.topk_rows * (size_t)k.topk_width * sizeof(int32_t), nc = (size_t)k.cand_rows * (size_t)k.cand_width;
-    if (check_topk(s, &k, buf + state_end - nc - nt)) { /* the top-k section ends the state, before the mask */
+    size_t nt = (size_t)k.topk_rows * (size_t)k.topk_width * sizeof(int32_t);
+    size_t nc = (size_t)k.cand_rows * (k.cand_rows ? (size_t)cand_blocks(c, k.cand_width) : 0) * sizeof(int32_t);
+    if (check_topk(s, &k, buf + state_end - nc - nt)) { /* the top-k section ends the state, before the blocks */
         set_error("session: %s: a top-k entry points outside the cache", path);
         goto out;
     }

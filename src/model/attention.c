@@ -25,8 +25,72 @@
 #include "scratch.h"
 #include "spec.h"
 
-/* blocks [b, e) of 32 of the floats at ctx, e4m3 fake-quantized */
-static void fp8_fake_quant_range(void *ctx, int64_t b, int64_t e) { fp8_fake_quant((float *)ctx + 32 * b, (size_t)(32 * (e - b))); }
+/* Rows of window keys as the ring stores them (packed) and as attention reads them (f32). */
+typedef struct {
+    float *kv;       /* [T][hd] */
+    uint8_t *packed; /* [T][rb] */
+    int32_t hd;
+    size_t rb;
+} key_rows;
+
+/* rows [b, e): packed as act_quant rounds them, then kv rewritten as the values they hold */
+static void pack_keys_range(void *ctx, int64_t b, int64_t e) {
+    const key_rows *k = ctx;
+    for (int64_t r = b; r < e; r++) {
+        fp8_pack(k->kv + r * k->hd, (size_t)k->hd, k->packed + r * k->rb);
+        fp8_unpack(k->packed + r * k->rb, (size_t)k->hd, k->kv + r * k->hd);
+    }
+}
+
+/* kv [T][head_dim] quantized in place as the reference's act_quant does; returns the rows
+ * packed for the ring [T][window_row_bytes], in the caller's scratch */
+static uint8_t *pack_keys(const config *c, float *kv, int64_t T) {
+    key_rows k = {kv, scratch_bytes((size_t)T * window_row_bytes(c)), c->head_dim, window_row_bytes(c)};
+    pool_run(T, 2048 / c->head_dim + 1, pack_keys_range, &k);
+    return k.packed;
+}
+
+/* Entries of the compressed cache unpacked into rows. */
+typedef struct {
+    const uint8_t *ckv;   /* [clen][rb] packed */
+    const int32_t *entry; /* [n] the entry each row holds */
+    int32_t hd;
+    size_t rb;
+    float *rows;          /* [n][hd] */
+} gather_job;
+
+static void gather_range(void *ctx, int64_t b, int64_t e) {
+    const gather_job *g = ctx;
+    for (int64_t r = b; r < e; r++) fp4_unpack_e4m3(g->ckv + (size_t)g->entry[r] * g->rb, (size_t)g->hd, g->rows + r * g->hd);
+}
+
+/* The compressed entries the T rows of idx [T][width] read (an id from nwin on names entry id -
+ * nwin of ckv), unpacked once each into scratch rows in order of first use, and idx rewritten to
+ * name those rows (from nwin on). A decode step reads its top-k entries, a prefill tile at most
+ * the union of its rows', so no step copies or unpacks the whole cache. */
+static const float *gather_compressed(const config *c, const uint8_t *ckv, int64_t clen, int32_t *idx, int64_t T,
+                                      int32_t width, int32_t nwin) {
+    int32_t *row_of = scratch_i32(clen), *entry = scratch_i32(clen < T * width ? clen : T * width), n = 0;
+    for (int64_t e = 0; e < clen; e++) row_of[e] = -1;
+    for (int64_t i = 0; i < T * width; i++) {
+        if (idx[i] < nwin) continue;
+        int32_t e = idx[i] - nwin;
+        if (row_of[e] < 0) entry[row_of[e] = n++] = e;
+        idx[i] = nwin + row_of[e];
+    }
+    gather_job g = {ckv, entry, c->head_dim, ckv_row_bytes(c), scratch_f32((int64_t)n * c->head_dim)};
+    pool_run(n, 2048 / c->head_dim + 1, gather_range, &g);
+    return g.rows;
+}
+
+/* The ring's window_size rows from slot 0 unpacked into scratch rows [window_size + after]
+ * [head_dim], the last `after` left to the caller */
+static float *ring_rows(const config *c, const uint8_t *ring, int64_t after) {
+    float *rows = scratch_f32((c->window_size + after) * c->head_dim);
+    for (int32_t i = 0; i < c->window_size; i++)
+        fp8_unpack(ring + i * window_row_bytes(c), (size_t)c->head_dim, rows + (int64_t)i * c->head_dim);
+    return rows;
+}
 
 /* Scores and outputs are vectors of 16 f32 lanes (v16, numerics.h), so the order of every sum
  * is fixed by this code and every build and instruction set gives the same bits. */
@@ -37,7 +101,7 @@ enum { HB = 4 }; /* heads per job item: they share every KV row they read */
 
 typedef struct {
     const float *q, *sink;
-    const float *win, *ckv; /* rows [0, nwin): the window rows; from nwin on: the compressed cache */
+    const float *win, *ckv; /* rows [0, nwin): the window rows; from nwin on: the compressed rows it reads */
     const int32_t *idx;
     int64_t T;
     int32_t H, D, width, nwin;
@@ -182,9 +246,9 @@ __attribute__((target("avx512f"))) static void attn_range_avx512(void *ctx, int6
 /* Each job: q [T][H][D], window rows win [nwin][D] then the compressed cache ckv, sink [H], idx
  * [T][width] (-1: none) -> o [T][H][D] bf16. The jobs of all the sessions of a batch go to the
  * pool as one, split by (session, head block, token): a decode step's session alone is a few
- * items, and a pool job each would make a handshake per session and layer. The compressed cache
- * is read where it lives: at long contexts a copy beside the window rows would cost more than
- * the attention over the few rows picked from it. */
+ * items, and a pool job each would make a handshake per session and layer. Of the compressed
+ * cache a job holds only the rows its indices pick, unpacked (gather_compressed): at long
+ * contexts the whole cache would cost more than the attention over the few rows picked. */
 static void sparse_attn(const attn_job *jobs, int32_t n) {
     scratch_mark mark = scratch_begin();
     int64_t *first = scratch_i64(n + 1);
@@ -212,27 +276,28 @@ typedef struct {
 /* The window rows before a prefill tile starting at row `at` that its first row sees. */
 static int64_t window_before(int64_t at, int32_t W) { return at < W - 1 ? at : W - 1; }
 
-/* Write this call's KV rows into the ring and return the rows attention reads, *n of them: in a
- * prefill the tile's own rows after the window rows before it (from the ring, where the tiles
- * before wrote them), in a decode the whole ring. idx [T][stride] gets the window indices. */
-static const float *window_update(const batch_seq *sq, int32_t l, const float *kv, int32_t *idx, int32_t stride,
-                                  int32_t *n) {
+/* Write this call's KV rows (kv, and packed pk) into the ring and return the rows attention
+ * reads, *n of them: in a prefill the tile's own rows after the window rows before it (from the
+ * ring, where the tiles before wrote them), in a decode the whole ring. idx [T][stride] gets the
+ * window indices. */
+static const float *window_update(const batch_seq *sq, int32_t l, const float *kv, const uint8_t *pk, int32_t *idx,
+                                  int32_t stride, int32_t *n) {
     dsv41_session *s = sq->s;
     const config *c = &s->m->cfg;
     int32_t W = c->window_size, hd = c->head_dim, pos = s->pos;
     int64_t T = sq->T, at = sq->at;
-    size_t row = (size_t)hd * sizeof *kv;
-    float *ring = s->layers[l].window;
+    size_t row = (size_t)hd * sizeof *kv, rb = window_row_bytes(c);
+    uint8_t *ring = s->layers[l].window;
     if (pos == 0) {
         int64_t prev = window_before(at, W);
         const float *rows = kv;
         if (prev > 0) { /* read before the tile's rows overwrite the ring */
             float *r = scratch_f32((prev + T) * hd);
-            for (int64_t p = at - prev; p < at; p++) memcpy(r + (p - at + prev) * hd, ring + (p % W) * hd, row);
+            for (int64_t p = at - prev; p < at; p++) fp8_unpack(ring + (p % W) * rb, (size_t)hd, r + (p - at + prev) * hd);
             memcpy(r + prev * hd, kv, (size_t)T * row);
             rows = r;
         }
-        for (int64_t p = at + T - W > at ? at + T - W : at; p < at + T; p++) memcpy(ring + (p % W) * hd, kv + (p - at) * hd, row);
+        for (int64_t p = at + T - W > at ? at + T - W : at; p < at + T; p++) memcpy(ring + (p % W) * rb, pk + (p - at) * rb, rb);
         int32_t width = prev + T < W ? (int32_t)(prev + T) : W;
         for (int64_t t = 0; t < T; t++) {
             int64_t g = at + t, base = g - W + 1 > 0 ? g - W + 1 : 0;
@@ -241,13 +306,13 @@ static const float *window_update(const batch_seq *sq, int32_t l, const float *k
         *n = (int32_t)(prev + T);
         return rows;
     }
-    memcpy(ring + (pos % W) * hd, kv, row);
+    memcpy(ring + (pos % W) * rb, pk, rb);
     for (int32_t j = 0; j < W; j++) {
         int32_t slot = (pos % W + 1 + j) % W;
         idx[j] = slot > pos ? -1 : slot;
     }
     *n = W;
-    return ring;
+    return ring_rows(c, ring, 0);
 }
 
 /* One session's part of a layer's attention, on its rows of the projections p (offset to its
@@ -271,9 +336,10 @@ static attn_job attend(const batch_seq *sq, int32_t l, const attn_rows *p, float
     float *q = p->q, *kv = p->kv;
     rope_rows(rt, q, T * H, H, hd, rd, first, 0);
     rope_rows(rt, kv, T, 1, hd, rd, first, 0);
-    pool_run(T * hd / 32, 64, fp8_fake_quant_range, kv);
+    uint8_t *pk = pack_keys(c, kv, T);
     int32_t nrows, width = wwidth;
-    const float *win = window_update(sq, l, kv, idx, stride, &nrows);
+    const float *win = window_update(sq, l, kv, pk, idx, stride, &nrows);
+    size_t crb = ckv_row_bytes(c);
 
     if (ratio) {
         shared_slots *sh = &s->shared;
@@ -291,8 +357,8 @@ static attn_job attend(const batch_seq *sq, int32_t l, const attn_rows *p, float
         if (nlat > 0) {
             for (int64_t g = 0; g < nlat; g++)
                 rope_apply(rt, latent + g * hd, hd, rd, pos == 0 ? (first / ratio + g) * ratio : pos + 1 - ratio, 0);
-            fp4_fake_quant_e4m3(latent, (size_t)(nlat * hd), 16);
-            memcpy(s->layers[l].ckv + (first / ratio) * hd, latent, (size_t)(nlat * hd) * sizeof *latent);
+            for (int64_t g = 0; g < nlat; g++)
+                fp4_pack_e4m3(latent + g * hd, (size_t)hd, s->layers[l].ckv + (size_t)(first / ratio + g) * crb);
         }
         int32_t cw = sh->topk_rows == sq->call_T ? sh->topk_width : 0;
         for (int64_t t = 0; t < T && cw > 0; t++) { /* none yet (a prefill too short to compress): topk may be NULL */
@@ -307,13 +373,12 @@ static attn_job attend(const batch_seq *sq, int32_t l, const attn_rows *p, float
     if (tr) { /* the golden's sa_kv: the window rows, then the compressed cache */
         float *rows = scratch_f32((nrows + clen) * hd);
         memcpy(rows, win, (size_t)nrows * hd * sizeof *rows);
-        if (clen > 0) memcpy(rows + (int64_t)nrows * hd, s->shared.compress_kv, (size_t)(clen * hd) * sizeof *rows);
+        session_unpack_rows(c, s->shared.compress_kv, clen, 0, rows + (int64_t)nrows * hd);
         trace_f32(tr, rows, 3, (int64_t[]){1, nrows + clen, hd}, "L%d.sa_kv", l);
     }
     trace_i32(tr, idx, 3, (int64_t[]){1, T, width}, "L%d.sa_topk_idxs", l);
-
-    return (attn_job){q, L->attn_sink, win, clen > 0 ? s->shared.compress_kv : NULL, idx, T, H, hd, width, nrows,
-                      powf((float)hd, -0.5f), o};
+    const float *crows = clen > 0 ? gather_compressed(c, s->shared.compress_kv, clen, idx, T, width, nrows) : NULL;
+    return (attn_job){q, L->attn_sink, win, crows, idx, T, H, hd, width, nrows, powf((float)hd, -0.5f), o};
 }
 
 /* attend for the T rows of a verify (s->verify, spec.c) at positions pos..: each row sees what a
@@ -335,15 +400,16 @@ static attn_job attend_verify(dsv41_session *s, int32_t l, const attn_rows *p, i
     int64_t clen = ratio ? (pos + T) / ratio : 0;
     int32_t kmax = (int32_t)(c->index_topk < clen ? c->index_topk : clen), width = W + kmax;
     int32_t *idx = scratch_i32(T * width);
-    float *rows = scratch_f32(nwin * hd), *ring = s->layers[l].window;
+    uint8_t *ring = s->layers[l].window;
+    size_t rb = window_row_bytes(c);
     rope_rows(rt, p->q, T * H, H, hd, rd, pos, 0);
     rope_rows(rt, p->kv, T, 1, hd, rd, pos, 0);
-    pool_run(T * hd / 32, 64, fp8_fake_quant_range, p->kv);
-    memcpy(rows, ring, (size_t)W * hd * sizeof *rows);
+    const uint8_t *pk = pack_keys(c, p->kv, T);
+    float *rows = ring_rows(c, ring, T); /* the ring's rows, then the call's */
     memcpy(rows + (int64_t)W * hd, p->kv, (size_t)(T * hd) * sizeof *rows);
     for (int64_t t = 0; t < T; t++) {
-        memcpy(jn->ring_old + ((int64_t)l * T + t) * hd, ring + ((pos + t) % W) * hd, (size_t)hd * sizeof *ring);
-        memcpy(ring + ((pos + t) % W) * hd, p->kv + t * hd, (size_t)hd * sizeof *ring);
+        memcpy(jn->ring_old + ((int64_t)l * T + t) * rb, ring + ((pos + t) % W) * rb, rb);
+        memcpy(ring + ((pos + t) % W) * rb, pk + t * rb, rb);
         for (int32_t j = 0; j < width; j++) { /* positions p-W+1..p oldest first, as the decode ring reads them */
             int64_t q = pos + t - W + 1 + j;
             idx[t * width + j] = j >= W || q < 0 ? -1 : q >= pos ? (int32_t)(W + q - pos) : (int32_t)(q % W);
@@ -386,8 +452,7 @@ static attn_job attend_verify(dsv41_session *s, int32_t l, const attn_rows *p, i
             }
             if (nlat > 0) {
                 rope_apply(rt, latent, hd, rd, at + 1 - ratio, 0);
-                fp4_fake_quant_e4m3(latent, (size_t)hd, 16);
-                memcpy(s->layers[l].ckv + (int64_t)(at / ratio) * hd, latent, (size_t)hd * sizeof *latent);
+                fp4_pack_e4m3(latent, (size_t)hd, s->layers[l].ckv + (size_t)(at / ratio) * ckv_row_bytes(c));
             }
         }
         s->pos = pos;
@@ -401,8 +466,8 @@ static attn_job attend_verify(dsv41_session *s, int32_t l, const attn_rows *p, i
         for (int64_t t = 0; t < T; t++)
             memcpy(idx + t * width + W, sh->topk + t * sh->topk_width, (size_t)kmax * sizeof *idx);
     }
-    return (attn_job){p->q, L->attn_sink, rows, clen > 0 ? sh->compress_kv : NULL, idx, T, H, hd, width, nwin,
-                      powf((float)hd, -0.5f), o};
+    const float *crows = clen > 0 ? gather_compressed(c, sh->compress_kv, clen, idx, T, width, nwin) : NULL;
+    return (attn_job){p->q, L->attn_sink, rows, crows, idx, T, H, hd, width, nwin, powf((float)hd, -0.5f), o};
 }
 
 /* p's rows from row r on */

@@ -20,10 +20,16 @@ static void trace_shared(const dsv41_session *s, int32_t l, int64_t T, dsv41_tra
     const config *c = &s->m->cfg;
     const shared_slots *sh = &s->shared;
     int64_t used = (s->pos + T) / c->compress_ratio[l];
-    if (sh->compress_kv)
-        trace_f32(tr, sh->compress_kv, 3, (int64_t[]){1, used, c->head_dim}, "shared.L%d.compress_kv", l);
-    if (sh->index_k)
-        trace_f32(tr, sh->index_k, 3, (int64_t[]){1, used, c->index_head_dim}, "shared.L%d.index_k", l);
+    for (int keys = 0; keys < 2; keys++) { /* the packed caches as the values they hold */
+        const uint8_t *rows = keys ? sh->index_k : sh->compress_kv;
+        if (!rows) continue;
+        scratch_mark mark = scratch_begin();
+        int32_t n = keys ? c->index_head_dim : c->head_dim;
+        float *v = scratch_f32(used * n);
+        session_unpack_rows(c, rows, used, keys, v);
+        trace_f32(tr, v, 3, (int64_t[]){1, used, n}, keys ? "shared.L%d.index_k" : "shared.L%d.compress_kv", l);
+        scratch_end(mark);
+    }
     if (sh->topk_rows)
         trace_i32(tr, sh->topk, 3, (int64_t[]){1, sh->topk_rows, sh->topk_width}, "shared.L%d.topk_idxs", l);
     if (sh->cand_rows) {

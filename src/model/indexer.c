@@ -159,26 +159,14 @@ void cand_mask(const config *c, const int32_t *kept, int32_t width, uint8_t *kee
         for (int32_t i = kept[j] * block; i < (kept[j] + 1) * block && i < width; i++) keep[i] = 1;
 }
 
-int cand_from_mask(const config *c, const uint8_t *keep, int32_t width, int32_t *kept) {
-    int32_t block = c->candidate_block_size, k = cand_blocks(c, width), n = 0;
-    for (int32_t b = 0; b * block < width; b++) {
-        int32_t end = (b + 1) * block < width ? (b + 1) * block : width, on = 0;
-        for (int32_t i = b * block; i < end; i++) on += keep[i] == 1;
-        for (int32_t i = b * block; i < end; i++)
-            if (keep[i] > 1 || (on && on != end - b * block)) return -1;
-        if (on && n == k) return -1;
-        if (on) kept[n++] = b;
-    }
-    while (n < k) kept[n++] = -1;
-    return 0;
-}
-
 static int cmp_i32(const void *a, const void *b) { return *(const int32_t *)a - *(const int32_t *)b; }
 
 typedef struct {
-    const float *q, *w, *keys; /* q [T][IH][ihd], w [T][IH], keys [width][ihd] */
+    const float *q, *w;        /* q [T][IH][ihd], w [T][IH] */
+    const uint8_t *keys;       /* [width][ik_row_bytes] packed */
     const int32_t *visible;    /* [T] */
     int32_t IH, ihd, width;
+    size_t key_bytes;          /* of a packed key */
     float *score;              /* [T][width] */
 } score_job;
 
@@ -188,13 +176,15 @@ enum { SCORE_ENTRIES = 8 }; /* entries per pool item: a decode step's one token 
  * n = ceil(width / 8): score[t][p] = bf16(sum_h bf16(relu(bf16(q_h . k_p)) w_h)) for visible
  * entries. The lanes run over heads, 4 at a time, from the queries transposed per token, so
  * every dot is still summed over d in order and the heads are added in order: the same bits as
- * one dot at a time, several dots per instruction. */
+ * one dot at a time, several dots per instruction. Each key is unpacked as it is read: a copy
+ * of them all would grow with the context. */
 static void score_range(void *ctx, int64_t b, int64_t e) {
     const score_job *j = ctx;
     const int32_t IH = j->IH, ihd = j->ihd, G = (IH + 3) / 4;
     const int64_t n = (j->width + SCORE_ENTRIES - 1) / SCORE_ENTRIES;
     scratch_mark mark = scratch_begin();
     f4 *qT = scratch_bytes((size_t)ihd * G * sizeof *qT); /* [d][head group]: 4 heads' q[d] */
+    float *kp = scratch_f32(ihd);
     for (int64_t i = b, tq = -1; i < e; i++) {
         const int64_t t = i / n;
         const int32_t p0 = (int32_t)(i % n) * SCORE_ENTRIES, p1 = p0 + SCORE_ENTRIES < j->width ? p0 + SCORE_ENTRIES : j->width;
@@ -210,7 +200,7 @@ static void score_range(void *ctx, int64_t b, int64_t e) {
                 j->score[t * j->width + p] = -INFINITY;
                 continue;
             }
-            const float *kp = j->keys + (int64_t)p * ihd;
+            fp4_unpack_e8m0(j->keys + (size_t)p * j->key_bytes, (size_t)ihd, kp);
             float acc = 0.0f;
             for (int32_t g = 0; g < G; g++) {
                 f4 dot = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -271,8 +261,8 @@ int32_t indexer_select(const batch_seq *sq, int32_t l, float *q, float *w, const
         rms_norm(tmp, L->idx_k_norm, n_latent, ihd, c->norm_eps, k);
         for (int64_t g = 0; g < n_latent; g++)
             rope_apply(&m->rope_yarn, k + g * ihd, ihd, rd, pos == 0 ? (first / ratio + g) * ratio : pos + 1 - ratio, 0);
-        fp4_fake_quant_e8m0(k, (size_t)(n_latent * ihd), 32);
-        memcpy(s->layers[l].ik + (int64_t)(first / ratio) * ihd, k, (size_t)(n_latent * ihd) * sizeof *k);
+        for (int64_t g = 0; g < n_latent; g++)
+            fp4_pack_e8m0(k + g * ihd, (size_t)ihd, s->layers[l].ik + (size_t)(first / ratio + g) * ik_row_bytes(c));
         sh->index_k = s->layers[l].ik;
     }
     float *score = scratch_f32(T * width);
@@ -282,7 +272,7 @@ int32_t indexer_select(const batch_seq *sq, int32_t l, float *q, float *w, const
     float wscale = (float)(pow(ihd, -0.5) * pow(IH, -0.5)); /* one python-float scalar in the release */
     for (int64_t i = 0; i < T * IH; i++) w[i] = bf16_round(w[i] * wscale);
     for (int64_t t = 0; t < T; t++) visible[t] = pos == 0 ? (int32_t)(at + t + 1) / ratio : width;
-    score_job sj = {q, w, sh->index_k, visible, IH, ihd, width, score};
+    score_job sj = {q, w, sh->index_k, visible, IH, ihd, width, ik_row_bytes(c), score};
     pool_run(T * ((width + SCORE_ENTRIES - 1) / SCORE_ENTRIES), 2, score_range, &sj);
     int32_t kb = cand_blocks(c, width);
     if (l == c->candidate_source_layer) {

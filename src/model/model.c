@@ -72,12 +72,8 @@ size_t model_decode_bytes(const dsv41_model *m) { return (size_t)decode_bytes(m,
 double part_decode_bytes(const dsv41_model *m) { return decode_bytes(m, 0); }
 
 double cache_bytes_per_token(const config *c, int release) {
-    double b = release ? 0.0 : 8.0;
-    for (int l = 0; l < c->n_layers; l++) {
-        if (!c->is_kv_source[l]) continue;
-        double kv = release ? c->head_dim / 2.0 + c->head_dim / 16.0 : 4.0 * c->head_dim;
-        double ik = release ? c->index_head_dim / 2.0 + c->index_head_dim / 32.0 : 4.0 * c->index_head_dim;
-        b += (kv + ik) / c->compress_ratio[l];
-    }
+    double b = release ? 0.0 : (double)(sizeof(int64_t) + sizeof(int32_t));
+    for (int l = 0; l < c->n_layers; l++)
+        if (c->is_kv_source[l]) b += (double)(ckv_row_bytes(c) + ik_row_bytes(c)) / c->compress_ratio[l];
     return b;
 }

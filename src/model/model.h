@@ -16,6 +16,7 @@
 #include "buffer.h"
 #include "dsv41_dist.h"
 #include "error.h"
+#include "numerics.h"
 #include "progress.h"
 #include "weight.h"
 
@@ -89,10 +90,10 @@ void config_free(config *c);
  * variant: what this rank reads on average, with its shares of experts, table rows and head. */
 size_t model_decode_bytes(const dsv41_model *m);
 double part_decode_bytes(const dsv41_model *m);
-/* Bytes of cache per token of context: the compressed KV and index keys of the kv sources as
- * dsv41 holds them (f32, plus the n-gram id), or (release) packed at the precision the release
- * rounds them to: FP4 e2m1 latents with an e4m3 scale per 16, FP4 index keys with a ue8m0 scale
- * per 32 (890 bytes on V4.1-Flash). */
+/* Bytes a session holds per token of context: the compressed KV and index keys of the kv
+ * sources, packed at the precision the release rounds them to (FP4 e2m1 latents with an e4m3
+ * scale per 16, FP4 index keys with a ue8m0 scale per 32: 890 bytes on V4.1-Flash, the release
+ * figure), plus the token's id and n-gram id unless release. */
 double cache_bytes_per_token(const config *c, int release);
 
 typedef struct {
@@ -192,18 +193,27 @@ void rope_rows(const rope_table *rt, float *x, int64_t n, int32_t per, int64_t r
                int inverse);
 
 /* ---- per-sequence state */
+/* The window rings, the compressed KV and the index keys hold rows packed at the precision the
+ * release rounds them to (numerics.h): the values the reference stores, a fraction of the bytes.
+ * Their readers unpack the rows they read (attention, the indexer). */
 typedef struct {
-    float *window;                          /* [window_size][head_dim] ring, slot = pos % window */
+    uint8_t *window;                        /* [window_size][window_row_bytes] ring, slot = pos % window */
     float *kv_state, *score_state;          /* kv source, ratio > 1: [ratio][head_dim] compressor tail */
-    float *ckv;                             /* kv source: [cap/ratio + 1][head_dim] compressed KV */
-    float *ik;                              /* kv source: [cap/ratio + 1][index_head_dim] index keys */
+    uint8_t *ckv;                           /* kv source: [cap/ratio + 1][ckv_row_bytes] compressed KV */
+    uint8_t *ik;                            /* kv source: [cap/ratio + 1][ik_row_bytes] index keys */
 } layer_state;
+
+/* Bytes of one packed row: a window key (fp8, ue8m0 per 32), a compressed latent (fp4, e4m3 per
+ * 16), an index key (fp4, ue8m0 per 32). */
+static inline size_t window_row_bytes(const config *c) { return fp8_row_bytes((size_t)c->head_dim); }
+static inline size_t ckv_row_bytes(const config *c) { return fp4_row_bytes((size_t)c->head_dim, FP4_E4M3_BLOCK); }
+static inline size_t ik_row_bytes(const config *c) { return fp4_row_bytes((size_t)c->index_head_dim, FP4_E8M0_BLOCK); }
 
 /* The slots source layers publish and later layers read. They survive across calls: a decode
  * step that closes no group reads index keys published by a later layer in an earlier call. */
 typedef struct {
-    const float *compress_kv;               /* -> a kv source's ckv */
-    const float *index_k;                   /* -> a kv source's ik */
+    const uint8_t *compress_kv;             /* -> a kv source's ckv */
+    const uint8_t *index_k;                 /* -> a kv source's ik */
     int32_t *topk;                          /* [topk_rows][topk_width] offset indices, -1 unused */
     int32_t topk_rows, topk_width;
     int32_t *cand;                          /* [cand_rows][cand_blocks()] the blocks of a keep mask of
@@ -256,9 +266,12 @@ void session_clear(dsv41_session *s, int32_t reach);
  * written. On a model split over ranks the job ends instead (the transport's fail): the other
  * ranks are inside the call's collectives. */
 int session_run(dsv41_session *const *s, int32_t count, void (*fn)(void *ctx), void *ctx);
+/* n packed rows of a kv source's compressed KV (index_keys 0) or index keys (1) -> out [n][head_dim
+ * or index_head_dim], the values they hold. */
+void session_unpack_rows(const config *c, const uint8_t *rows, int64_t n, int index_keys, float *out);
 /* The kv-source layer whose cache p points into (index_keys: its ik, else its ckv), or -1: what
  * the shared slots point to, told by layer so a copy or a file can point into its own caches. */
-int32_t slot_layer(const dsv41_session *s, const float *p, int index_keys);
+int32_t slot_layer(const dsv41_session *s, const uint8_t *p, int index_keys);
 /* The 64-bit checksum a session file ends with, of p [n] (session_file.c). */
 uint64_t checksum64(const void *p, size_t n);
 
@@ -302,11 +315,9 @@ void topk_torch_cpu(const float *v, int32_t n, int32_t k, int32_t *out);
 void select_candidate_blocks(const float *score, int64_t T, int32_t width, const int32_t *visible,
                              int32_t topk_blocks, int32_t block, int32_t *kept);
 /* The candidate mask as blocks: a row of `width` entries keeps at most cand_blocks(c, width)
- * blocks; cand_mask expands a row of them to its keep mask [width]; cand_from_mask is the
- * inverse, 0, or -1 when the mask is no such row (a part of a block, or too many blocks). */
+ * blocks; cand_mask expands a row of them to its keep mask [width]. */
 int32_t cand_blocks(const config *c, int32_t width);
 void cand_mask(const config *c, const int32_t *kept, int32_t width, uint8_t *keep);
-int cand_from_mask(const config *c, const uint8_t *keep, int32_t width, int32_t *kept);
 void moe_forward(const dsv41_model *m, int32_t l, const float *x, int64_t T, float *y, float *route_w, int32_t *route_idx);
 /* moe_forward over the weights L with E routed experts of which each row takes k (the DSpark stages) */
 void moe_layer(const dsv41_model *m, const layer_weights *L, int32_t E, int32_t k, const float *x, int64_t T, float *y,

@@ -32,10 +32,10 @@ void session_clear(dsv41_session *s, int32_t reach) {
     for (int32_t l = 0; l < c->n_layers; l++) {
         layer_state *st = &s->layers[l];
         size_t ratio = (size_t)c->compress_ratio[l], used = ratio ? closed_groups(reach, (int32_t)ratio) : 0;
-        memset(st->window, 0, (size_t)c->window_size * c->head_dim * sizeof(float));
+        memset(st->window, 0, (size_t)c->window_size * window_row_bytes(c));
         if (!c->is_kv_source[l]) continue;
-        memset(st->ckv, 0, used * c->head_dim * sizeof(float));
-        memset(st->ik, 0, used * c->index_head_dim * sizeof(float));
+        memset(st->ckv, 0, used * ckv_row_bytes(c));
+        memset(st->ik, 0, used * ik_row_bytes(c));
         memset(st->kv_state, 0, ratio * c->head_dim * sizeof(float));
         for (size_t i = 0; i < ratio * c->head_dim; i++) st->score_state[i] = -INFINITY;
     }
@@ -68,7 +68,7 @@ dsv41_session *dsv41_session_new(const dsv41_model *m) {
     for (int32_t l = 0; l < c->n_layers; l++) {
         layer_state *st = &s->layers[l];
         int32_t ratio = c->compress_ratio[l];
-        st->window = calloc((size_t)c->window_size * c->head_dim, sizeof(float));
+        st->window = calloc((size_t)c->window_size, window_row_bytes(c));
         if (!st->window) goto oom;
         if (!c->is_kv_source[l]) continue;
         st->kv_state = calloc((size_t)ratio * c->head_dim, sizeof(float));
@@ -143,8 +143,7 @@ int session_reserve(dsv41_session *s, int32_t n) {
         if (!c->is_kv_source[l]) continue;
         int32_t r = c->compress_ratio[l];
         size_t was = s->cap ? closed_groups(s->cap, r) + 1 : 0, now = closed_groups(cap, r) + 1;
-        rc = grow_rows(&s->layers[l].ckv, was, now, (size_t)c->head_dim * sizeof(float)) ||
-             grow_rows(&s->layers[l].ik, was, now, (size_t)c->index_head_dim * sizeof(float));
+        rc = grow_rows(&s->layers[l].ckv, was, now, ckv_row_bytes(c)) || grow_rows(&s->layers[l].ik, was, now, ik_row_bytes(c));
     }
     s->shared.compress_kv = lk >= 0 ? s->layers[lk].ckv : NULL;
     s->shared.index_k = li >= 0 ? s->layers[li].ik : NULL;
@@ -153,7 +152,15 @@ int session_reserve(dsv41_session *s, int32_t n) {
     return 0;
 }
 
-int32_t slot_layer(const dsv41_session *s, const float *p, int index_keys) {
+void session_unpack_rows(const config *c, const uint8_t *rows, int64_t n, int index_keys, float *out) {
+    size_t d = (size_t)(index_keys ? c->index_head_dim : c->head_dim), rb = index_keys ? ik_row_bytes(c) : ckv_row_bytes(c);
+    for (int64_t r = 0; r < n; r++) {
+        if (index_keys) fp4_unpack_e8m0(rows + r * rb, d, out + r * d);
+        else fp4_unpack_e4m3(rows + r * rb, d, out + r * d);
+    }
+}
+
+int32_t slot_layer(const dsv41_session *s, const uint8_t *p, int index_keys) {
     for (int32_t l = 0; p && l < s->m->cfg.n_layers; l++)
         if (p == (index_keys ? s->layers[l].ik : s->layers[l].ckv)) return l;
     return -1;
@@ -182,11 +189,11 @@ int dsv41_session_copy(dsv41_session *dst, const dsv41_session *src) {
     for (int32_t l = 0; l < c->n_layers; l++) {
         layer_state *d = &dst->layers[l];
         const layer_state *sr = &src->layers[l];
-        memcpy(d->window, sr->window, (size_t)c->window_size * c->head_dim * sizeof(float));
+        memcpy(d->window, sr->window, (size_t)c->window_size * window_row_bytes(c));
         if (!c->is_kv_source[l]) continue;
         size_t ratio = (size_t)c->compress_ratio[l], used = closed_groups(src->pos, (int32_t)ratio);
-        memcpy(d->ckv, sr->ckv, used * c->head_dim * sizeof(float));
-        memcpy(d->ik, sr->ik, used * c->index_head_dim * sizeof(float));
+        memcpy(d->ckv, sr->ckv, used * ckv_row_bytes(c));
+        memcpy(d->ik, sr->ik, used * ik_row_bytes(c));
         memcpy(d->kv_state, sr->kv_state, ratio * c->head_dim * sizeof(float));
         memcpy(d->score_state, sr->score_state, ratio * c->head_dim * sizeof(float));
     }

@@ -28,7 +28,7 @@ static int owners_ready(const dsv41_session *s, int32_t n) {
     for (int32_t l = 0; l < c->n_layers; l++) {
         if (!c->is_index_source[l] || !c->compress_ratio[l]) continue;
         for (int32_t p = s->pos; p < s->pos + n; p++) {
-            const float *own = spec_index_owner(s, p, l);
+            const uint8_t *own = spec_index_owner(s, p, l);
             int32_t k = slot_layer(s, own, 1);
             if (k > l && (p + 1) / c->compress_ratio[l] > s->pos / c->compress_ratio[k]) return 0;
             if (k < 0 && (p + 1) / c->compress_ratio[l] > 0) return 0;
@@ -53,7 +53,7 @@ static int journal_new(const dsv41_session *s, int32_t n, spec_journal *j) {
     j->T = n;
     j->index_k0 = s->shared.index_k;
     j->cand_cap = c->candidate_topk_blocks > 0 ? c->candidate_topk_blocks : 1;
-    j->ring_old = malloc((size_t)c->n_layers * n * c->head_dim * sizeof *j->ring_old);
+    j->ring_old = malloc((size_t)c->n_layers * n * window_row_bytes(c));
     j->tail = calloc((size_t)c->n_layers, sizeof *j->tail);
     j->cand = malloc((size_t)n * j->cand_cap * sizeof *j->cand);
     j->cand_width = calloc((size_t)n, sizeof *j->cand_width);
@@ -72,10 +72,11 @@ static int journal_new(const dsv41_session *s, int32_t n, spec_journal *j) {
 static void rollback(dsv41_session *s, const spec_journal *j, int32_t keep) {
     const config *c = &s->m->cfg;
     int32_t hd = c->head_dim, W = c->window_size, end = j->pos0 + j->T, at = j->pos0 + keep;
+    size_t wb = window_row_bytes(c);
     for (int32_t l = 0; l < c->n_layers; l++) {
         layer_state *st = &s->layers[l];
         for (int32_t t = keep; t < j->T; t++)
-            memcpy(st->window + ((j->pos0 + t) % W) * hd, j->ring_old + ((int64_t)l * j->T + t) * hd, (size_t)hd * sizeof(float));
+            memcpy(st->window + ((j->pos0 + t) % W) * wb, j->ring_old + ((int64_t)l * j->T + t) * wb, wb);
         if (!c->is_kv_source[l]) continue;
         int32_t r = c->compress_ratio[l];
         if (j->tail[l]) {
@@ -84,8 +85,8 @@ static void rollback(dsv41_session *s, const spec_journal *j, int32_t keep) {
             memcpy(st->score_state, tail + r * hd, (size_t)r * hd * sizeof(float));
         }
         for (int32_t g = at / r; g < end / r; g++) {
-            memset(st->ckv + (int64_t)g * hd, 0, (size_t)hd * sizeof(float));
-            memset(st->ik + (int64_t)g * c->index_head_dim, 0, (size_t)c->index_head_dim * sizeof(float));
+            memset(st->ckv + g * ckv_row_bytes(c), 0, ckv_row_bytes(c));
+            memset(st->ik + g * ik_row_bytes(c), 0, ik_row_bytes(c));
         }
     }
     s->shared.index_k = spec_index_owner(s, at - 1, c->n_layers);

@@ -2,7 +2,7 @@
  * runs a forward, because attention.c asks it for every row of a verify. */
 #include "spec.h"
 
-const float *spec_index_owner(const dsv41_session *s, int32_t p, int32_t l) {
+const uint8_t *spec_index_owner(const dsv41_session *s, int32_t p, int32_t l) {
     const config *c = &s->m->cfg;
     const spec_journal *j = s->verify;
     for (int32_t q = p; q >= j->pos0; q--)

@@ -81,6 +81,6 @@ void dsv41_model_describe(const dsv41_model *m, FILE *out) {
     fprintf(out, "one decoded token reads %s of weights (dense layers, %d of %d experts per layer, "
                  "one embedding row, engram rows, the head)\n", human(model_decode_bytes(m), hb, sizeof hb),
             c->n_activated_experts, c->n_routed_experts);
-    fprintf(out, "cache per token of context: %.0f bytes as held (f32), %.0f at the release's precision (FP4 compressed "
-                 "KV and index keys)\n", cache_bytes_per_token(c, 0), cache_bytes_per_token(c, 1));
+    fprintf(out, "cache per token of context: %.0f bytes as a session holds it, %.0f of them the compressed KV and index "
+                 "keys packed at the release's precision (FP4)\n", cache_bytes_per_token(c, 0), cache_bytes_per_token(c, 1));
 }
