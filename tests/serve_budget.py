@@ -2,21 +2,22 @@
 
 The test model never closes its reasoning, so a budget of B tokens must end it: the reply's
 thinking is the plain reply's first B tokens of reasoning (the same request with max_tokens B and
-no budget), and its answer is the raw completion, greedy, of the prompt's ids, those B reasoning
-ids and </think> (ids from chat completions' return_tokens and /tokenize of PROMPT, the
-chat rendered by `dsv41 render`): the tokens a reply
-gets when </think> is fed at that position. Whole and streamed (the thinking block stops where
-the text block starts), and usage counts all B + 1 + A tokens within max_tokens. Exits non-zero
-on a mismatch."""
+no budget), and its answer is the greedy raw completion of the prompt's ids, those B reasoning
+ids and </think> (from chat completions' return_tokens and /tokenize of PROMPT, the chat that
+`dsv41 render` wrote): the tokens a reply gets when </think> is fed at that position. Whole and
+streamed (the thinking block stops where the text block starts), and usage counts all B + 1 + A
+tokens within max_tokens. Exits non-zero on a mismatch."""
 import json, sys, urllib.request
 
 port, B, A = sys.argv[1], 6, 5
 user = [{"role": "user", "content": "Question 2: what is 2 + 2?"}]
 
+direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback, never a proxy
+
 
 def post(path, body):
     rq = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(), {"Content-Type": "application/json"})
-    with urllib.request.urlopen(rq) as r:
+    with direct.open(rq, timeout=120) as r:
         return r.read().decode("utf-8")
 
 
