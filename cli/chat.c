@@ -161,10 +161,9 @@ static int reply(chat_state *c, const gen_opts *o) {
             next = out[got - 1];
             continue;
         }
-        if (dsv41_session_forward(c->s, &next, 1, c->logits, NULL)) {
-            if (!cli_signal) rc = fail(dsv41_error());
-            break; /* a signal cancelled this step: the reply ends here */
-        }
+        /* a Ctrl-C never stops this step: a one-token append has no point between tokens to stop
+         * at (dsv41_session_cancel), so the token shown is always the token the session holds */
+        if (dsv41_session_forward(c->s, &next, 1, c->logits, NULL)) { rc = fail(dsv41_error()); break; }
         next = -1;
         if (r.end != TAKE_ON) break;
     }

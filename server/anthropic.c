@@ -170,9 +170,25 @@ static int put_tools(jbuf *o, const dsv41_json *root, jbuf *err) {
     return 0;
 }
 
-/* The chat completions request that an Anthropic request stands for, into o. count: for
- * count_tokens, where max_tokens is not asked for. */
-static int translate(const dsv41_json *root, int count, jbuf *o, jbuf *err) {
+/* thinking's budget_tokens into *budget (0 when absent): an integer below max_tokens, whose
+ * 1024 floor in Anthropic's API is not kept, so a small model's test can end its thinking early. */
+static int get_budget(const dsv41_json *thinking, const dsv41_json *max, int32_t *budget, jbuf *err) {
+    const dsv41_json *v = dsv41_json_get(thinking, "budget_tokens");
+    *budget = 0;
+    if (dsv41_json_type_of(v) == DSV41_JSON_NULL) return 0;
+    int is_int;
+    double x = dsv41_json_num(v, &is_int), m = dsv41_json_num(max, NULL);
+    if (dsv41_json_type_of(v) != DSV41_JSON_NUM || !is_int || x < 1 || x > INT32_MAX)
+        return api_bad(err, "thinking.budget_tokens", "'thinking.budget_tokens' must be a positive integer");
+    if (dsv41_json_type_of(max) == DSV41_JSON_NUM && x >= m)
+        return api_bad(err, "thinking.budget_tokens", "'thinking.budget_tokens' must be less than 'max_tokens'");
+    *budget = (int32_t)x;
+    return 0;
+}
+
+/* The chat completions request that an Anthropic request stands for, into o, and the thinking
+ * budget in *budget (0: none). count: for count_tokens, where max_tokens is not asked for. */
+static int translate(const dsv41_json *root, int count, jbuf *o, int32_t *budget, jbuf *err) {
     if (dsv41_json_type_of(root) != DSV41_JSON_OBJ) return api_bad(err, NULL, "the body must be a JSON object");
     const dsv41_json *max = dsv41_json_get(root, "max_tokens"), *stops = dsv41_json_get(root, "stop_sequences");
     const dsv41_json *thinking = dsv41_json_get(root, "thinking");
@@ -182,8 +198,11 @@ static int translate(const dsv41_json *root, int count, jbuf *o, jbuf *err) {
     const char *think = dsv41_json_str(dsv41_json_get(thinking, "type"));
     if (dsv41_json_type_of(thinking) != DSV41_JSON_NULL && (!think || (strcmp(think, "enabled") && strcmp(think, "disabled"))))
         return api_bad(err, "thinking", "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}");
+    *budget = 0;
+    int rc = think && !strcmp(think, "enabled") ? get_budget(thinking, max, budget, err) : 0;
+    if (rc) return rc;
     jb_puts(o, "{");
-    int rc = put_messages(o, root, err);
+    rc = put_messages(o, root, err);
     if (rc || (rc = put_tools(o, root, err))) return rc;
     if (think) jb_printf(o, ",\"thinking\":{\"type\":\"%s\"}", think);
     if (stops) {
@@ -198,19 +217,21 @@ static int translate(const dsv41_json *root, int count, jbuf *o, jbuf *err) {
     return o->oom ? api_error(err, 500, NULL, "out of memory") : 0;
 }
 
-/* Parses body and translates it; the chat completions request in o. */
-static int read_request(const char *body, size_t n, int count, jbuf *o, jbuf *err) {
+/* Parses body and translates it; the chat completions request in o, the thinking budget in *budget. */
+static int read_request(const char *body, size_t n, int count, jbuf *o, int32_t *budget, jbuf *err) {
     dsv41_json *root = dsv41_json_parse(body, n);
     if (!root) return api_error(err, 400, NULL, "malformed JSON: %s", dsv41_error());
-    int status = translate(root, count, o, err);
+    int status = translate(root, count, o, budget, err);
     dsv41_json_free(root);
     return status;
 }
 
 int anthropic_parse(server *sv, const char *body, size_t n, gen *g, jbuf *err) {
     jbuf chat = {0};
-    int status = read_request(body, n, 0, &chat, err);
+    int32_t budget;
+    int status = read_request(body, n, 0, &chat, &budget, err);
     if (!status) status = api_parse_generation(sv, GEN_MESSAGES, chat.p, chat.n, g, err);
+    if (!status && (g->flags & DSV41_REPLY_THINKING)) g->job->think_budget = budget;
     jb_free(&chat);
     return status;
 }
@@ -218,7 +239,8 @@ int anthropic_parse(server *sv, const char *body, size_t n, gen *g, jbuf *err) {
 int anthropic_count_tokens(server *sv, const char *body, size_t n, jbuf *out) {
     jbuf chat = {0};
     gen g;
-    int status = read_request(body, n, 1, &chat, out);
+    int32_t budget;
+    int status = read_request(body, n, 1, &chat, &budget, out);
     if (!status) status = api_parse_generation(sv, GEN_MESSAGES, chat.p, chat.n, &g, out);
     jb_free(&chat);
     if (status) return status;

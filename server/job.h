@@ -27,6 +27,8 @@ typedef struct job {
     int32_t id_slot;          /* the slot asked for, -1: any */
     int cache_prompt;         /* reuse what the slot holds (else a cold prefill) */
     int special;              /* the text keeps every special token (else dsv41_token_in_reply's rule) */
+    int32_t think_budget;     /* thinking mode: reasoning tokens after which </think> is fed instead
+                               * of a sampled token, 0: the model ends its reasoning itself */
     /* progress: written by the scheduler, read under the lock */
     jbuf text;                /* the reply: whole characters, cut before a stop string */
     size_t committed;         /* text[0, committed) is final: no stop string can take it back */

@@ -38,12 +38,14 @@ typedef struct {
     int32_t next;           /* the sampled token this step feeds */
     _Atomic int32_t prefill_layers; /* layers a long prefill running alone has done, -1: none (for /slots) */
     int picked;             /* next was picked (and handed to the job) by a speculative round */
+    int32_t thought;        /* reasoning tokens of a job with a thinking budget, -1: none or ended */
 } slot;
 
 struct sched {
     dsv41_model *model;
     const dsv41_tokenizer *tok;
     int32_t vocab, eos, ctx;
+    int32_t unthink;           /* the id of </think>, which ends a reply's reasoning, -1: none */
     int32_t draft;             /* drafts a speculative round, 0: off */
     slot *slots;               /* [n_slots] */
     int32_t n_slots, n_snaps;  /* snapshots per slot */
@@ -267,6 +269,7 @@ static const char *start(sched *s, slot *sl) {
         return dsv41_error();
     memset(&sl->utf8, 0, sizeof sl->utf8);
     sl->picked = 0;
+    sl->thought = j->think_budget > 0 && s->unthink >= 0 ? 0 : -1;
     if (k == j->n_prompt) {
         memcpy(sl->logits, dsv41_session_logits(sl->session), (size_t)s->vocab * sizeof *sl->logits);
         keep_snapshot(s, sl, 0);
@@ -286,6 +289,7 @@ static job_end take_token(sched *s, slot *sl, int32_t id, int32_t pos) {
     job *j = sl->job;
     char piece[4096];
     int shown = id != s->eos && (j->special || dsv41_token_in_reply(s->tok, id));
+    if (sl->thought >= 0) sl->thought = id == s->unthink ? -1 : sl->thought + 1;
     int64_t n = shown ? dsv41_detokenize(s->tok, &sl->utf8, id, piece, sizeof piece) : 0;
     sched_lock(s);
     int stop = id == s->eos ? 1 : job_append(j, id, piece, n > 0 ? (size_t)n : 0);
@@ -295,6 +299,15 @@ static job_end take_token(sched *s, slot *sl, int32_t id, int32_t pos) {
     sched_unlock(s);
     sl->next = id;
     return more ? END_NONE : stop < 0 ? END_ERROR : stop ? END_STOP : END_LENGTH;
+}
+
+/* The slot's next token from logits: sampled, or </think> once the reasoning has used up the
+ * job's thinking budget, which ends it as the chat template's assistant turn does (the answer
+ * follows). Plain steps and speculative rounds both pick here, so a verify compares its drafts
+ * with the token a plain step would feed, forced or sampled, and the reply stays the same. */
+static int32_t pick(sched *s, slot *sl, const float *logits) {
+    if (sl->thought >= 0 && sl->thought >= sl->job->think_budget) return s->unthink;
+    return dsv41_sample(sl->sampler, logits);
 }
 
 /* With the lock held: ends the slot's job as take_token said. */
@@ -307,7 +320,7 @@ static int sample_next(sched *s, slot *sl) {
         sl->picked = 0;
         return 1;
     }
-    job_end end = take_token(s, sl, dsv41_sample(sl->sampler, sl->logits), dsv41_session_pos(sl->session));
+    job_end end = take_token(s, sl, pick(s, sl, sl->logits), dsv41_session_pos(sl->session));
     if (end != END_NONE) {
         sched_lock(s);
         end_job(s, sl, end);
@@ -327,7 +340,7 @@ typedef struct {
 static int32_t pick_token(void *ctx, float *logits, const int32_t *history, int32_t n, int *last) {
     round_ctx *r = ctx;
     (void)history;
-    int32_t id = dsv41_sample(r->sl->sampler, logits);
+    int32_t id = pick(r->s, r->sl, logits);
     *last = (r->end = take_token(r->s, r->sl, id, n)) != END_NONE;
     return id;
 }
@@ -567,6 +580,7 @@ sched *sched_start(dsv41_model *m, const dsv41_tokenizer *tk, int32_t n_slots, i
     s->vocab = dsv41_model_vocab_size(m);
     s->eos = dsv41_tokenizer_find(tk, "<｜end▁of▁sentence｜>");
     if (s->eos < 0) s->eos = 1;
+    s->unthink = dsv41_tokenizer_find(tk, "</think>");
     s->ctx = ctx;
     s->draft = draft;
     s->n_slots = n_slots;

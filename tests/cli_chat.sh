@@ -1,7 +1,7 @@
 #!/bin/sh
 # cli_chat.sh - `dsv41 run -p` and `dsv41 chat` end to end as a person drives them: a tiny
 # synthesized checkpoint with a small byte-level tokenizer, piped stdin, a pseudo-terminal
-# with Ctrl-C during a reply, and bad input. Prints "N passed, N failed".
+# with Ctrl-C during a reply (with --draft too), and bad input. Prints "N passed, N failed".
 . "$(dirname "$0")/lib.sh"
 
 chat_model "$tmp/m" && ok || bad "synth the test model"
@@ -75,6 +75,44 @@ gen = [l for l in text.splitlines() if "generated:" in l]
 n = int(gen[-1].split("generated: ")[1].split()[0]) if gen else -1
 ok = b"> " in first and alive and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and 0 < n < int(sys.argv[3])
 if not ok: print("pty transcript:", repr(text[-600:]), "status", status, "generated", n)
+sys.exit(0 if ok else 1)
+PY
+
+# Ctrl-C during a reply of chat --draft 3 (a model with DSpark stages): every token shown is in
+# the session, the one picked after a round's kept drafts too, so /save writes the prompt's
+# tokens plus every generated one
+python3 tests/ref/chat_model.py models/tiny_dspark.json "$tmp/tiny_ds.json" "$tmp/tokenizer.json" &&
+    "$dsv41" synth --config "$tmp/tiny_ds.json" -o "$tmp/md" >/dev/null && cp "$tmp/tokenizer.json" "$tmp/md/" || bad "synth the chat model with stages"
+python3 - "$dsv41" "$tmp/md" "$tmp/saved" <<'PY' && ok || bad "chat --draft: Ctrl-C leaves the tokens shown in the session"
+import os, pty, re, select, sys, time
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], [sys.argv[1], "chat", "-m", sys.argv[2], "--temp", "1", "--seed", "30", "--draft", "3"])
+def wait_for(token, t=20):
+    out, end = b"", time.time() + t
+    while time.time() < end and token not in out:
+        r, _, _ = select.select([fd], [], [], 0.05)
+        if r:
+            try: out += os.read(fd, 65536)
+            except OSError: break
+    return out
+wait_for(b"> ")
+os.write(fd, b"hello there\r")
+wait_for(b"hello there\r\n")
+streamed, end = b"", time.time() + 20
+while not streamed.strip(b" \r\n") and time.time() < end:
+    streamed += wait_for(b"\0", 0.05)   # until the reply streams
+os.write(fd, b"\x03")
+after = wait_for(b"> ")
+os.write(fd, ("/save %s\r" % sys.argv[3]).encode())
+saved = wait_for(b"> ")
+os.write(fd, b"/quit\r")
+text = (after + saved + wait_for(b"generated:", 10) + wait_for(b"\n", 3)).decode("utf-8", "replace")
+os.waitpid(pid, 0)
+n = re.search(r"saved (\d+) tokens", text)
+st = re.search(r"prompt: (\d+) tokens.*generated: (\d+) tokens", text)
+ok = n and st and int(n.group(1)) == int(st.group(1)) + int(st.group(2)) and int(st.group(2)) > 0
+if not ok: print("pty transcript:", repr(text[-600:]))
 sys.exit(0 if ok else 1)
 PY
 

@@ -121,6 +121,8 @@ client() {
 # the official openai client (chat completions and responses), and @anthropic-ai/sdk on /v1/messages
 client "openai client" openai tests/serve_client.mjs
 client "anthropic client" @anthropic-ai/sdk tests/serve_anthropic.mjs
+# a thinking budget ends the reasoning with </think>, and the answer follows
+budget "messages: a thinking budget"
 # a long prefill streamed through /v1/messages: pings keep the stream alive before the first block
 python3 -c 'import json; print(json.dumps({"max_tokens": 2, "stream": True, "messages": [{"role": "user", "content": "word " * 3000}]}))' >"$tmp/long.json"
 curl -sN -o "$tmp/pings" "http://127.0.0.1:$port/v1/messages" --data-binary "@$tmp/long.json"
@@ -142,6 +144,8 @@ anthropic_err "messages: no max_tokens" 400 POST /v1/messages '{"messages":[{"ro
 anthropic_err "messages: an image block" 400 POST /v1/messages '{"max_tokens":2,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}'
 anthropic_err "messages: a server tool" 400 POST /v1/messages '{"max_tokens":2,"messages":[{"role":"user","content":"x"}],"tools":[{"type":"web_search_20250305","name":"web_search"}]}'
 anthropic_err "messages: wrong method" 405 GET /v1/messages
+anthropic_err "messages: a budget not below max_tokens" 400 POST /v1/messages '{"max_tokens":8,"thinking":{"type":"enabled","budget_tokens":8},"messages":[{"role":"user","content":"x"}]}'
+anthropic_err "messages: a budget of 0" 400 POST /v1/messages '{"max_tokens":8,"thinking":{"type":"enabled","budget_tokens":0},"messages":[{"role":"user","content":"x"}]}'
 anthropic_err "messages: over the context" 400 POST /v1/messages '{"max_tokens":5000,"messages":[{"role":"user","content":"x"}]}'
 
 # the chat page: its security headers, then a real browser

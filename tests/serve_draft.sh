@@ -31,6 +31,7 @@ for kind in plain draft; do
     ask $kind.c "$(chat "One more question" 24)" & c=$!
     wait $a $b $c
     ask $kind.s "$sampled"
+    budget "a thinking budget ($kind)"
     req GET /metrics
     cp "$tmp/resp" "$tmp/$kind.metrics"
     stop

@@ -77,3 +77,9 @@ expect_err() {
 # chat TEXT MAX: a greedy chat body
 chat() { printf '{"model":"m","messages":[{"role":"user","content":"%s"}],"temperature":0,"max_tokens":%d}' "$1" "$2"; }
 
+# budget NAME: tests/serve_budget.py against the server on $port (a thinking budget on /v1/messages)
+budget() {
+    printf '{"messages":[{"role":"user","content":"Question 2: what is 2 + 2?"}],"options":{"thinking_mode":"thinking"}}' >"$tmp/think.json"
+    $dsv41 render --chat "$tmp/think.json" >"$tmp/think.txt"
+    python3 tests/serve_budget.py "$port" "$(cat "$tmp/think.txt")" && ok || bad "$1"
+}
