@@ -104,7 +104,6 @@ void fp4_fake_quant_e4m3(float *x, size_t n, size_t block) {
  * 2^120, an e2m1 code's likewise by 2^126, are exact for the subnormal codes too. */
 typedef uint8_t u8x8 __attribute__((vector_size(8)));
 typedef uint8_t u8x16 __attribute__((vector_size(16)));
-typedef uint32_t u32x16 __attribute__((vector_size(64)));
 typedef int32_t i32x16 __attribute__((vector_size(64)));
 
 /* 16 e4m3 codes times s -> y [16] (codes 0x7F and 0xFF: NaN) */
@@ -214,20 +213,14 @@ float fixed_value(const char *name, uint64_t i, double scale, double offset) {
 
 uint64_t fixed_int(const char *name, uint64_t i, uint64_t m) { return fixed_raw(name, i) % m; }
 
-typedef uint32_t u32x16 __attribute__((vector_size(64)));
-
 /* 16 lanes: four SSE2 / NEON registers, or one AVX-512 register in the x86-64 twin */
 static inline __attribute__((always_inline)) void round_n(float *x, int64_t n) {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        u32x16 b;
-        memcpy(&b, x + i, sizeof b);
-        /* as f32_to_bf16: NaNs keep their sign and high payload and become quiet, the rest round
-         * to nearest even */
-        u32x16 nan = (b & 0x7FFFFFFFu) > 0x7F800000u;
-        u32x16 r = ((b | 0x400000u) & nan) | ((b + 0x7FFFu + ((b >> 16) & 1u)) & ~nan);
-        r &= 0xFFFF0000u;
-        memcpy(x + i, &r, sizeof r);
+        v16 v;
+        memcpy(&v, x + i, sizeof v);
+        bf16_round16(&v);
+        memcpy(x + i, &v, sizeof v);
     }
     for (; i < n; i++) x[i] = bf16_round(x[i]);
 }

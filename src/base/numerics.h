@@ -69,6 +69,16 @@ static inline uint16_t f32_to_bf16(float x) {
 }
 static inline float bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
 static inline float bf16_round(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
+/* bf16_round on 16 lanes in place, the same bits: NaNs keep their sign and high payload and become
+ * quiet, the rest round to nearest even */
+static inline __attribute__((always_inline)) void bf16_round16(v16 *x) {
+    u32x16 b;
+    memcpy(&b, x, sizeof b);
+    u32x16 nan = (b & 0x7FFFFFFFu) > 0x7F800000u;
+    u32x16 r = (((b | 0x400000u) & nan) | ((b + 0x7FFFu + ((b >> 16) & 1u)) & ~nan)) & 0xFFFF0000u;
+    memcpy(x, &r, sizeof *x);
+}
 /* bf16_round over x [n] in place, 4 at a time in vectors the compiler maps to SSE2 or NEON */
 void bf16_round_n(float *x, int64_t n);
 

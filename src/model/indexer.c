@@ -165,53 +165,79 @@ typedef struct {
     const float *q, *w;        /* q [T][IH][ihd], w [T][IH] */
     const uint8_t *keys;       /* [width][ik_row_bytes] packed */
     const int32_t *visible;    /* [T] */
+    int64_t T;
     int32_t IH, ihd, width;
+    int32_t seen;              /* the most entries any token sees: keys past it are not written yet */
     size_t key_bytes;          /* of a packed key */
     float *score;              /* [T][width] */
 } score_job;
 
-enum { SCORE_ENTRIES = 8 }; /* entries per pool item: a decode step's one token splits too */
+typedef int32_t i32x16 __attribute__((vector_size(64)));
 
-/* Items [b, e), item i covering token i / n's entries [8 (i % n), 8 (i % n) + 8) with
- * n = ceil(width / 8): score[t][p] = bf16(sum_h bf16(relu(bf16(q_h . k_p)) w_h)) for visible
- * entries. The lanes run over heads, 4 at a time, from the queries transposed per token, so
- * every dot is still summed over d in order and the heads are added in order: the same bits as
- * one dot at a time, several dots per instruction. Each key is unpacked as it is read: a copy
- * of them all would grow with the context. */
-static void score_range(void *ctx, int64_t b, int64_t e) {
-    const score_job *j = ctx;
-    const int32_t IH = j->IH, ihd = j->ihd, G = (IH + 3) / 4;
-    const int64_t n = (j->width + SCORE_ENTRIES - 1) / SCORE_ENTRIES;
+/* Entries [16 b, 16 e), 16 to an item, for every token: score[t][p] = bf16(sum_h bf16(relu(
+ * bf16(q_h . k_p)) w_h)) for visible entries, -inf for the rest. The lanes run over 16 entries:
+ * their keys are unpacked once, transposed to [d][entry], and every token of the call scores
+ * against them, each lane summing its dot over d in order and adding the heads in order, so a
+ * lane holds the bits one dot at a time gives. Keys are unpacked per item, never all at once: a
+ * copy would grow with the context. A relu of -0 may give +0 where fmaxf gives -0; the sum starts
+ * at +0 and x + (-0) = x + 0, so no score sees the difference. */
+static inline __attribute__((always_inline)) void score_items(const score_job *j, int64_t b, int64_t e) {
+    const int32_t IH = j->IH, ihd = j->ihd;
     scratch_mark mark = scratch_begin();
-    f4 *qT = scratch_bytes((size_t)ihd * G * sizeof *qT); /* [d][head group]: 4 heads' q[d] */
-    float *kp = scratch_f32(ihd);
-    for (int64_t i = b, tq = -1; i < e; i++) {
-        const int64_t t = i / n;
-        const int32_t p0 = (int32_t)(i % n) * SCORE_ENTRIES, p1 = p0 + SCORE_ENTRIES < j->width ? p0 + SCORE_ENTRIES : j->width;
-        if (t != tq) {
-            for (int32_t d = 0; d < ihd; d++)
-                for (int32_t g = 0; g < G; g++)
-                    for (int k = 0; k < 4; k++)
-                        qT[d * G + g][k] = 4 * g + k < IH ? j->q[(t * IH + 4 * g + k) * ihd + d] : 0.0f;
-            tq = t;
+    v16 *kT = scratch_bytes((size_t)ihd * sizeof *kT); /* [d]: 16 entries' k[d] */
+    float *kp = scratch_f32(ihd), out[16];
+    const v16 zero = {0};
+    for (int64_t i = b; i < e; i++) {
+        const int32_t p0 = (int32_t)i * 16, n = j->width - p0 < 16 ? j->width - p0 : 16;
+        for (int32_t p = 0; p < 16; p++) {
+            if (p < n && p0 + p < j->seen) fp4_unpack_e8m0(j->keys + (size_t)(p0 + p) * j->key_bytes, (size_t)ihd, kp);
+            else memset(kp, 0, (size_t)ihd * sizeof *kp);
+            for (int32_t d = 0; d < ihd; d++) kT[d][p] = kp[d];
         }
-        for (int32_t p = p0; p < p1; p++) {
-            if (p >= j->visible[t]) {
-                j->score[t * j->width + p] = -INFINITY;
+        for (int64_t t = 0; t < j->T; t++) {
+            float *row = j->score + t * j->width + p0;
+            int32_t vis = j->visible[t] - p0;
+            if (vis <= 0) {
+                for (int32_t p = 0; p < n; p++) row[p] = -INFINITY;
                 continue;
             }
-            fp4_unpack_e8m0(j->keys + (size_t)p * j->key_bytes, (size_t)ihd, kp);
-            float acc = 0.0f;
-            for (int32_t g = 0; g < G; g++) {
-                f4 dot = {0.0f, 0.0f, 0.0f, 0.0f};
-                for (int32_t d = 0; d < ihd; d++) dot += qT[d * G + g] * kp[d];
-                for (int k = 0; k < 4 && 4 * g + k < IH; k++)
-                    acc += bf16_round(fmaxf(bf16_round(dot[k]), 0.0f) * j->w[t * IH + 4 * g + k]);
+            v16 acc = zero;
+            for (int32_t h = 0; h < IH; h++) {
+                const float *q = j->q + (t * IH + h) * ihd;
+                v16 dot = zero;
+                for (int32_t d = 0; d < ihd; d++) dot += q[d] * kT[d];
+                bf16_round16(&dot);
+                i32x16 pos = dot > zero;
+                u32x16 bits;
+                memcpy(&bits, &dot, sizeof bits);
+                bits &= (u32x16)pos;
+                memcpy(&dot, &bits, sizeof dot);
+                dot *= j->w[t * IH + h];
+                bf16_round16(&dot);
+                acc += dot;
             }
-            j->score[t * j->width + p] = bf16_round(acc);
+            bf16_round16(&acc);
+            memcpy(out, &acc, sizeof out);
+            for (int32_t p = 0; p < n; p++) row[p] = p < vis ? out[p] : -INFINITY;
         }
     }
     scratch_end(mark);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) static void score_items_avx512(const score_job *j, int64_t b, int64_t e) {
+    score_items(j, b, e);
+}
+#endif
+
+static void score_range(void *ctx, int64_t b, int64_t e) {
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) {
+        score_items_avx512(ctx, b, e);
+        return;
+    }
+#endif
+    score_items(ctx, b, e);
 }
 
 typedef struct {
@@ -272,8 +298,8 @@ int32_t indexer_select(const batch_seq *sq, int32_t l, float *q, float *w, const
     float wscale = (float)(pow(ihd, -0.5) * pow(IH, -0.5)); /* one python-float scalar in the release */
     for (int64_t i = 0; i < T * IH; i++) w[i] = bf16_round(w[i] * wscale);
     for (int64_t t = 0; t < T; t++) visible[t] = pos == 0 ? (int32_t)(at + t + 1) / ratio : width;
-    score_job sj = {q, w, sh->index_k, visible, IH, ihd, width, ik_row_bytes(c), score};
-    pool_run(T * ((width + SCORE_ENTRIES - 1) / SCORE_ENTRIES), 2, score_range, &sj);
+    score_job sj = {q, w, sh->index_k, visible, T, IH, ihd, width, visible[T - 1], ik_row_bytes(c), score};
+    pool_run((width + 15) / 16, 2, score_range, &sj);
     int32_t kb = cand_blocks(c, width);
     if (l == c->candidate_source_layer) {
         if (buffer_grow((void **)&sh->cand, &sh->cand_cap, (size_t)(rows * kb) * sizeof *sh->cand))
