@@ -132,10 +132,10 @@ static inline void e2m1_unpack16(const uint8_t *q, float s, float *y) {
     memcpy(&p, q, sizeof p);
     u8x8 lo = p & 15, hi = p >> 4;
     u8x16 c = __builtin_shufflevector(lo, hi, 0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
-    u32x16 w = __builtin_convertvector(c, u32x16), u = (w & 8) << 28 | (w & 7) << 22;
-    v16 v;
-    memcpy(&v, &u, sizeof v);
-    v = v * 0x1p126f * s;
+    u32x16 w = __builtin_convertvector(c, u32x16);
+    v16 v, sv = {0};
+    sv += s;
+    e2m1_decode16(&w, &sv, &v);
     memcpy(y, &v, sizeof v);
 }
 

@@ -82,6 +82,15 @@ static inline __attribute__((always_inline)) void bf16_round16(v16 *x) {
 /* bf16_round over x [n] in place, 4 at a time in vectors the compiler maps to SSE2 or NEON */
 void bf16_round_n(float *x, int64_t n);
 
+/* 16 e2m1 codes (in the low 4 bits of each lane of w) times the lanes of s -> y: the code's sign
+ * and its exponent and mantissa shifted into an f32's, scaled by 2^126 (exact for the subnormal
+ * codes too), then by s */
+static inline __attribute__((always_inline)) void e2m1_decode16(const u32x16 *w, const v16 *s, v16 *y) {
+    u32x16 u = (*w & 8) << 28 | (*w & 7) << 22;
+    memcpy(y, &u, sizeof *y);
+    *y = *y * 0x1p126f * *s;
+}
+
 /* ---- fp8 e4m3fn (bias 7, max 448, no inf, 0x7F/0xFF NaN), RNE, saturating above 448 */
 uint8_t f32_to_e4m3(float x);
 float e4m3_to_f32(uint8_t code);

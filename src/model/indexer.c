@@ -185,14 +185,27 @@ static inline __attribute__((always_inline)) void score_items(const score_job *j
     const int32_t IH = j->IH, ihd = j->ihd;
     scratch_mark mark = scratch_begin();
     v16 *kT = scratch_bytes((size_t)ihd * sizeof *kT); /* [d]: 16 entries' k[d] */
-    float *kp = scratch_f32(ihd), out[16];
+    uint8_t *none = scratch_bytes(j->key_bytes);            /* the key of an entry not written yet */
+    float out[16];
     const v16 zero = {0};
+    memset(none, 0, j->key_bytes);
     for (int64_t i = b; i < e; i++) {
         const int32_t p0 = (int32_t)i * 16, n = j->width - p0 < 16 ? j->width - p0 : 16;
-        for (int32_t p = 0; p < 16; p++) {
-            if (p < n && p0 + p < j->seen) fp4_unpack_e8m0(j->keys + (size_t)(p0 + p) * j->key_bytes, (size_t)ihd, kp);
-            else memset(kp, 0, (size_t)ihd * sizeof *kp);
-            for (int32_t d = 0; d < ihd; d++) kT[d][p] = kp[d];
+        const uint8_t *key[16];
+        for (int32_t p = 0; p < 16; p++) key[p] = p < n && p0 + p < j->seen ? j->keys + (size_t)(p0 + p) * j->key_bytes : none;
+        /* the keys unpacked straight into [d][entry], a lane per entry, to the values
+         * fp4_unpack_e8m0 gives: a byte holds d (low bits) and d + 1, a scale byte per block */
+        v16 sc = zero;
+        for (int32_t d = 0; d < ihd; d += 2) {
+            u32x16 w, hi;
+            if (d % FP4_E8M0_BLOCK == 0) {
+                for (int32_t p = 0; p < 16; p++) w[p] = (uint32_t)key[p][ihd / 2 + d / FP4_E8M0_BLOCK] << 23;
+                memcpy(&sc, &w, sizeof sc);
+            }
+            for (int32_t p = 0; p < 16; p++) w[p] = key[p][d / 2];
+            hi = w >> 4;
+            e2m1_decode16(&w, &sc, &kT[d]);
+            e2m1_decode16(&hi, &sc, &kT[d + 1]);
         }
         for (int64_t t = 0; t < j->T; t++) {
             float *row = j->score + t * j->width + p0;
