@@ -174,6 +174,9 @@ typedef struct {
 
 typedef int32_t i32x16 __attribute__((vector_size(64)));
 
+/* the index scores a call holds at most, a row at least: 16 MB (indexer_select) */
+enum { SCORE_FLOATS = 1 << 22 };
+
 /* Entries [16 b, 16 e), 16 to an item, for every token: score[t][p] = bf16(sum_h bf16(relu(
  * bf16(q_h . k_p)) w_h)) for visible entries, -inf for the rest. The lanes run over 16 entries:
  * their keys are unpacked once, transposed to [d][entry], and every token of the call scores
@@ -304,37 +307,45 @@ int32_t indexer_select(const batch_seq *sq, int32_t l, float *q, float *w, const
             fp4_pack_e8m0(k + g * ihd, (size_t)ihd, s->layers[l].ik + (size_t)(first / ratio + g) * ik_row_bytes(c));
         sh->index_k = s->layers[l].ik;
     }
-    float *score = scratch_f32(T * width);
     int32_t *visible = scratch_i32(T);
     rope_rows(&m->rope_yarn, q, T * IH, IH, ihd, rd, first, 0);
     pool_run(T * IH * ihd / 32, 64, fp4_fake_quant_range, q);
     float wscale = (float)(pow(ihd, -0.5) * pow(IH, -0.5)); /* one python-float scalar in the release */
     for (int64_t i = 0; i < T * IH; i++) w[i] = bf16_round(w[i] * wscale);
     for (int64_t t = 0; t < T; t++) visible[t] = pos == 0 ? (int32_t)(at + t + 1) / ratio : width;
-    score_job sj = {q, w, sh->index_k, visible, T, IH, ihd, width, visible[T - 1], ik_row_bytes(c), score};
-    pool_run((width + 15) / 16, 2, score_range, &sj);
-    int32_t kb = cand_blocks(c, width);
-    if (l == c->candidate_source_layer) {
-        if (buffer_grow((void **)&sh->cand, &sh->cand_cap, (size_t)(rows * kb) * sizeof *sh->cand))
-            scratch_oom((size_t)(rows * kb) * sizeof *sh->cand, "the candidate blocks");
-        select_candidate_blocks(score, T, width, visible, c->candidate_topk_blocks, c->candidate_block_size,
-                                sh->cand + at * kb);
-        sh->cand_rows = (int32_t)rows;
-        sh->cand_width = width;
-    } else if (c->candidate_source_layer >= 0 && c->candidate_source_layer < l && sh->cand_rows == rows &&
-               sh->cand_width == width) {
-        uint8_t *keep = scratch_bytes((size_t)width);
-        for (int64_t t = 0; t < T; t++) {
-            cand_mask(c, sh->cand + (at + t) * kb, width, keep);
+    int32_t kb = cand_blocks(c, width), k = c->index_topk < width ? c->index_topk : width;
+    int is_source = l == c->candidate_source_layer;
+    int masked = !is_source && c->candidate_source_layer >= 0 && c->candidate_source_layer < l && sh->cand_rows == rows &&
+                 sh->cand_width == width;
+    if (is_source && buffer_grow((void **)&sh->cand, &sh->cand_cap, (size_t)(rows * kb) * sizeof *sh->cand))
+        scratch_oom((size_t)(rows * kb) * sizeof *sh->cand, "the candidate blocks");
+    if (buffer_grow((void **)&sh->topk, &sh->topk_cap, (size_t)(rows * k) * sizeof *sh->topk))
+        scratch_oom((size_t)(rows * k) * sizeof *sh->topk, "the top-k rows");
+    /* The scores go a chunk of rows at a time, so that they take at most SCORE_FLOATS (one row at
+     * least) however long the context: each row's candidates and top-k read its own scores only. */
+    int64_t chunk = width > 0 && SCORE_FLOATS / width < T ? (SCORE_FLOATS / width > 0 ? SCORE_FLOATS / width : 1) : T;
+    float *score = scratch_f32(chunk * width);
+    uint8_t *keep = masked ? scratch_bytes((size_t)width) : NULL;
+    for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+        int64_t n = chunk < T - t0 ? chunk : T - t0;
+        score_job sj = {q + t0 * IH * ihd, w + t0 * IH, sh->index_k, visible + t0, n, IH, ihd, width, visible[t0 + n - 1],
+                        ik_row_bytes(c), score};
+        pool_run((width + 15) / 16, 2, score_range, &sj);
+        if (is_source)
+            select_candidate_blocks(score, n, width, visible + t0, c->candidate_topk_blocks, c->candidate_block_size,
+                                    sh->cand + (at + t0) * kb);
+        for (int64_t t = 0; masked && t < n; t++) {
+            cand_mask(c, sh->cand + (at + t0 + t) * kb, width, keep);
             for (int32_t i = 0; i < width; i++)
                 if (!keep[i]) score[t * width + i] = -INFINITY;
         }
+        topk_job tj = {score, visible + t0, sh->topk + (at + t0) * k, width, k, offset};
+        pool_run(n, 16, topk_range, &tj);
     }
-    int32_t k = c->index_topk < width ? c->index_topk : width;
-    if (buffer_grow((void **)&sh->topk, &sh->topk_cap, (size_t)(rows * k) * sizeof *sh->topk))
-        scratch_oom((size_t)(rows * k) * sizeof *sh->topk, "the top-k rows");
-    topk_job tj = {score, visible, sh->topk + at * k, width, k, offset};
-    pool_run(T, 16, topk_range, &tj);
+    if (is_source) {
+        sh->cand_rows = (int32_t)rows;
+        sh->cand_width = width;
+    }
     sh->topk_rows = (int32_t)rows;
     sh->topk_width = k;
     scratch_end(mark);
