@@ -41,33 +41,20 @@ printf 'hello\nhow are you\n/reset\nand again\n/quit\n' | "$dsv41" chat -m "$tmp
 full=$(printf 'hello there\n/quit\n' | "$dsv41" chat -m "$tmp/m" --temp 1 --seed 30 2>&1 >/dev/null |
     sed -n 's/.*generated: \([0-9]*\) tokens.*/\1/p')
 python3 - "$dsv41" "$tmp/m" "${full:-0}" <<'PY' && ok || bad "chat on a terminal with Ctrl-C (the whole reply: ${full:-?} tokens)"
-import os, pty, select, sys, time
-pid, fd = pty.fork()
-if pid == 0:
-    os.execv(sys.argv[1], [sys.argv[1], "chat", "-m", sys.argv[2], "--temp", "1", "--seed", "30"])
-def read_for(t):
-    out, end = b"", time.time() + t
-    while time.time() < end:
-        r, _, _ = select.select([fd], [], [], 0.05)
-        if r:
-            try: out += os.read(fd, 65536)
-            except OSError: break
-    return out
-def wait_for(token, t=20):
-    out, end = b"", time.time() + t
-    while time.time() < end and token not in out:
-        out += read_for(0.1)
-    return out
-first = wait_for(b"> ")
+import os, sys, time
+sys.path.insert(0, "tests/ref")
+from terminal import spawn, read_for, wait_for
+pid, fd = spawn([sys.argv[1], "chat", "-m", sys.argv[2], "--temp", "1", "--seed", "30"])
+first = wait_for(fd, b"> ")
 os.write(fd, b"hello there\r")
-echo = wait_for(b"hello there\r\n")  # the terminal's echo of the line, then the reply starts
+echo = wait_for(fd, b"hello there\r\n")  # the terminal's echo of the line, then the reply starts
 streamed, end = b"", time.time() + 20
 while not streamed.strip(b" \r\n") and time.time() < end:
-    streamed += read_for(0.05)
+    streamed += read_for(fd, 0.05)
 os.write(fd, b"\x03")                # Ctrl-C while the reply streams
-after = wait_for(b"> ")              # the prompt comes back: the program lives
+after = wait_for(fd, b"> ")              # the prompt comes back: the program lives
 os.write(fd, b"/quit\r")
-rest = read_for(3)
+rest = read_for(fd, 3)
 _, status = os.waitpid(pid, 0)
 text = (after + rest).decode("utf-8", "replace")
 alive = b"> " in after
@@ -84,30 +71,22 @@ PY
 python3 tests/ref/chat_model.py models/tiny_dspark.json "$tmp/tiny_ds.json" "$tmp/tokenizer.json" &&
     "$dsv41" synth --config "$tmp/tiny_ds.json" -o "$tmp/md" >/dev/null && cp "$tmp/tokenizer.json" "$tmp/md/" || bad "synth the chat model with stages"
 python3 - "$dsv41" "$tmp/md" "$tmp/saved" <<'PY' && ok || bad "chat --draft: Ctrl-C leaves the tokens shown in the session"
-import os, pty, re, select, sys, time
-pid, fd = pty.fork()
-if pid == 0:
-    os.execv(sys.argv[1], [sys.argv[1], "chat", "-m", sys.argv[2], "--temp", "1", "--seed", "30", "--draft", "3"])
-def wait_for(token, t=20):
-    out, end = b"", time.time() + t
-    while time.time() < end and token not in out:
-        r, _, _ = select.select([fd], [], [], 0.05)
-        if r:
-            try: out += os.read(fd, 65536)
-            except OSError: break
-    return out
-wait_for(b"> ")
+import os, re, sys, time
+sys.path.insert(0, "tests/ref")
+from terminal import spawn, wait_for
+pid, fd = spawn([sys.argv[1], "chat", "-m", sys.argv[2], "--temp", "1", "--seed", "30", "--draft", "3"])
+wait_for(fd, b"> ")
 os.write(fd, b"hello there\r")
-wait_for(b"hello there\r\n")
+wait_for(fd, b"hello there\r\n")
 streamed, end = b"", time.time() + 20
 while not streamed.strip(b" \r\n") and time.time() < end:
-    streamed += wait_for(b"\0", 0.05)   # until the reply streams
+    streamed += wait_for(fd, b"\0", 0.05)   # until the reply streams
 os.write(fd, b"\x03")
-after = wait_for(b"> ")
+after = wait_for(fd, b"> ")
 os.write(fd, ("/save %s\r" % sys.argv[3]).encode())
-saved = wait_for(b"> ")
+saved = wait_for(fd, b"> ")
 os.write(fd, b"/quit\r")
-text = (after + saved + wait_for(b"generated:", 10) + wait_for(b"\n", 3)).decode("utf-8", "replace")
+text = (after + saved + wait_for(fd, b"generated:", 10) + wait_for(fd, b"\n", 3)).decode("utf-8", "replace")
 os.waitpid(pid, 0)
 n = re.search(r"saved (\d+) tokens", text)
 st = re.search(r"prompt: (\d+) tokens.*generated: (\d+) tokens", text)
@@ -188,23 +167,15 @@ printf 'hello\n/save %s/no/such/dir/x\n/quit\n' "$tmp" | $dsv41 chat -m "$tmp/m"
 long="please tell me about $(printf 'the hello world %.0s' $(seq 1 30))"
 want=$(printf '%s\n/quit\n' "$long" | $dsv41 chat -m "$tmp/m" -n 24 --temp 0 2>/dev/null | head -n 1)
 python3 - $dsv41 "$tmp/m" "$long" "$want" <<'PY' && ok || bad "the prefill display erases the reply on a terminal"
-import os, pty, select, sys, time
-pid, fd = pty.fork()
-if pid == 0:
-    os.execv(sys.argv[1], [sys.argv[1], "chat", "-m", sys.argv[2], "-n", "24", "--temp", "0"])
-def wait_for(token, t=30):
-    out, end = b"", time.time() + t
-    while time.time() < end and token not in out:
-        r, _, _ = select.select([fd], [], [], 0.05)
-        if r:
-            try: out += os.read(fd, 65536)
-            except OSError: break
-    return out
-wait_for(b"> ")
+import os, sys
+sys.path.insert(0, "tests/ref")
+from terminal import spawn, wait_for
+pid, fd = spawn([sys.argv[1], "chat", "-m", sys.argv[2], "-n", "24", "--temp", "0"])
+wait_for(fd, b"> ")
 os.write(fd, sys.argv[3].encode() + b"\r")
-text = wait_for(b"\n> ")
+text = wait_for(fd, b"\n> ")
 os.write(fd, b"/quit\r")
-wait_for(b"generated:", 5)
+wait_for(fd, b"generated:", 5)
 os.waitpid(pid, 0)
 want = sys.argv[4].encode()
 echo_end = text.find(b"\n")              # the echoed input line ends first
