@@ -323,7 +323,8 @@ int32_t indexer_select(const batch_seq *sq, int32_t l, float *q, float *w, const
         scratch_oom((size_t)(rows * k) * sizeof *sh->topk, "the top-k rows");
     /* The scores go a chunk of rows at a time, so that they take at most SCORE_FLOATS (one row at
      * least) however long the context: each row's candidates and top-k read its own scores only. */
-    int64_t chunk = width > 0 && SCORE_FLOATS / width < T ? (SCORE_FLOATS / width > 0 ? SCORE_FLOATS / width : 1) : T;
+    int64_t chunk = width > 0 ? SCORE_FLOATS / width : T;
+    chunk = chunk < 1 ? 1 : chunk < T ? chunk : T;
     float *score = scratch_f32(chunk * width);
     uint8_t *keep = masked ? scratch_bytes((size_t)width) : NULL;
     for (int64_t t0 = 0; t0 < T; t0 += chunk) {
