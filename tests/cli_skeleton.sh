@@ -85,8 +85,12 @@ got=$(inspected "$tmp/flat")
 [ "$want_flat" = "$want" ] && [ "$got" = "$want" ] && ok || bad "inspect with the flat config.json: got '$got', want '$want'"
 
 # a prefill of 3 tokens and one decode step at full size; all-zero weights give all-zero logits,
-# so greedy decoding picks id 0. Peak resident memory includes the mapped weights touched.
-out=$(python3 - "$dsv41" run -m "$tmp/v41" --ids 0,1,2 -n 2 <<'PY'
+# so greedy decoding picks id 0. Peak resident memory includes the mapped weights touched. A
+# sanitizer build (make sanitize) prefills only: each pass faults in 13 GB of holes and their
+# shadow, 80 s for the two under ASan
+n=2 want=0,0
+[ "$dsv41" = ./dsv41 ] || { n=1; want=0; }
+out=$(python3 - "$dsv41" run -m "$tmp/v41" --ids 0,1,2 -n $n <<'PY'
 import resource, subprocess, sys, time
 t = time.time()
 r = subprocess.run(sys.argv[1:], capture_output=True, text=True)
@@ -95,7 +99,7 @@ print(r.returncode, (r.stdout.splitlines() or [""])[0], rss, "%.1f" % (time.time
 PY
 )
 set -- $out
-echo "run --ids 0,1,2 -n 2 on the skeleton: exit $1, tokens $2, peak RSS $(($3 / 1024)) MB, $4 s"
-[ "$1" = 0 ] && [ "$2" = "0,0" ] && [ "$3" -lt 20971520 ] && ok || bad "decoding on the skeleton: $out"
+echo "run --ids 0,1,2 -n $n on the skeleton: exit $1, tokens $2, peak RSS $(($3 / 1024)) MB, $4 s"
+[ "$1" = 0 ] && [ "$2" = "$want" ] && [ "$3" -lt 20971520 ] && ok || bad "decoding on the skeleton: $out"
 
 finish
