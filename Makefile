@@ -149,7 +149,8 @@ $(BUILD):
 
 # The NEON set on x86: the library and two tests cross-built for arm64, run under qemu-user by
 # tests/neon.sh (needs gcc-aarch64-linux-gnu, libc6-dev-arm64-cross, qemu-user). The tests use
-# no tokenizer, so tests/arm64_stubs.c stands in for arm64 builds of PCRE2 and utf8proc.
+# no tokenizer, so tests/arm64_stubs.c stands in for arm64 builds of PCRE2 and utf8proc; TEST_QEMU
+# tells them they run emulated (tests/testing.h).
 ARM_CC  = aarch64-linux-gnu-gcc
 ARM_AR  = aarch64-linux-gnu-ar
 ARM_OBJ = $(LIB_SRC:src/%.c=build/aarch64/%.o) build/aarch64/tiny_model.o
@@ -165,7 +166,7 @@ build/aarch64/libdsv41.a: $(ARM_OBJ)
 	rm -f $@ && $(ARM_AR) rcs $@ $^
 
 build/aarch64/test_%: tests/test_%.c tests/testing.h tests/arm64_stubs.c build/aarch64/libdsv41.a
-	$(ARM_CC) $(CFLAGS) $(LIB_INC) $< tests/arm64_stubs.c build/aarch64/libdsv41.a -lm -lpthread -o $@
+	$(ARM_CC) $(CFLAGS) -DTEST_QEMU $(LIB_INC) $< tests/arm64_stubs.c build/aarch64/libdsv41.a -lm -lpthread -o $@
 
 build/aarch64:
 	mkdir -p build/aarch64

@@ -27,7 +27,9 @@
 #define TEST_TSAN 1
 #endif
 #endif
-#if defined(TEST_ASAN) || defined(TEST_TSAN)
+/* The arm64 build of the tests (the Makefile's build/aarch64/test_*) runs under qemu-user
+ * (tests/neon.sh), as slow as a sanitizer. */
+#if defined(TEST_ASAN) || defined(TEST_TSAN) || defined(TEST_QEMU)
 #define TEST_SLOWDOWN 20.0
 #else
 #define TEST_SLOWDOWN 1.0
