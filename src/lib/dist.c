@@ -382,7 +382,8 @@ static void follow_forward(follower *f, const dist_op *o, const int32_t *payload
 static void follow_draft(follower *f, const dist_op *o) {
     int32_t *ids = malloc((size_t)(o->n > 0 ? o->n : 1) * sizeof *ids);
     if (!ids) { fatal("rank %d: out of memory", collective_net.rank); return; }
-    if (dsv41_session_draft(find(f, o->id), o->ids[0], o->n, ids, NULL, NULL)) fatal("rank %d: draft: %s", collective_net.rank, dsv41_error());
+    if (dsv41_session_draft(find(f, o->id), o->ids[0], o->n, ids, NULL, NULL))
+        fatal("rank %d: draft: %s", collective_net.rank, dsv41_error());
     free(ids);
 }
 
