@@ -105,9 +105,13 @@ CLI_SRC = $(wildcard cli/*.c)
 $(BUILD)/mpi_cli_%.o: cli/%.c $(wildcard cli/*.h server/*.h) $(PUB_HDR) | $(BUILD)
 	$(CC) $(CFLAGS) -iquote server -Dmain=dsv41_cli_main -c $< -o $@
 
-dsv41-mpi: mpi/main.c $(CLI_SRC:cli/%.c=$(BUILD)/mpi_cli_%.o) $(SERVER_OBJ) $(SERVER_UI) $(wildcard server/*.h) $(BUILD)/libdsv41.a
-	$(MPICC) $(CFLAGS) -Icli mpi/main.c $(CLI_SRC:cli/%.c=$(BUILD)/mpi_cli_%.o) $(SERVER_OBJ) $(SERVER_UI) $(BUILD)/libdsv41.a \
+dsv41-mpi: mpi/main.c mpi/transport.c mpi/transport.h $(CLI_SRC:cli/%.c=$(BUILD)/mpi_cli_%.o) $(SERVER_OBJ) $(SERVER_UI) $(wildcard server/*.h) $(BUILD)/libdsv41.a
+	$(MPICC) $(CFLAGS) -Icli mpi/main.c mpi/transport.c $(CLI_SRC:cli/%.c=$(BUILD)/mpi_cli_%.o) $(SERVER_OBJ) $(SERVER_UI) $(BUILD)/libdsv41.a \
 		$(LDLIBS) $(CLI_LDLIBS) $(SERVER_LDLIBS) -o $@
+
+# speculative decoding over ranks, checked by tests/mpi.sh
+$(BUILD)/mpi_draft: tests/mpi_draft.c mpi/transport.c mpi/transport.h $(BUILD)/libdsv41.a
+	$(MPICC) $(CFLAGS) -Impi tests/mpi_draft.c mpi/transport.c $(BUILD)/libdsv41.a $(LDLIBS) -o $@
 
 $(BUILD)/test_%: tests/test_%.c tests/testing.h $(BUILD)/libdsv41_internal.a
 	$(CC) $(CFLAGS) $(LIB_INC) $< $(BUILD)/libdsv41_internal.a $(LDLIBS) -o $@
@@ -213,7 +217,7 @@ test-amx:
 	DSV41_KERNELS=amx $(MAKE) BUILD=build/amx PROGRAM=build/amx/dsv41 CFLAGS="-O2 -DDSV41_AMX_EMULATE" test
 
 # dsv41-mpi on 2 and 3 ranks of this host (Open MPI's mpirun)
-test-mpi: dsv41 dsv41-mpi
+test-mpi: dsv41 dsv41-mpi $(BUILD)/mpi_draft
 	tests/mpi.sh
 
 # ---- fuzzing: libFuzzer harnesses (tests/fuzz/fuzz_*.c) over the library built with clang,

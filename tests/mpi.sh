@@ -2,13 +2,14 @@
 # mpi.sh - dsv41-mpi on 2 and 3 ranks of one host: the golden passes, checkpoints decode the
 # single process's tokens, every rank reads only its own experts, Engram rows and head rows
 # (the other ranks' are corrupted in its copy of the checkpoint, and the tokens must not
-# change; corrupting its own must change them), and a rank that cannot load the model, loads
-# another one or dies ends the whole job with an error instead of a hang.
-# Needs ./dsv41 and ./dsv41-mpi (make dsv41-mpi) and Open MPI's mpirun. Prints "N passed, N failed".
+# change; corrupting its own must change them), speculative decoding (--draft) emits the single
+# process's tokens, and a rank that cannot load the model, loads another one or dies ends the
+# whole job with an error instead of a hang.
+# Needs ./dsv41, ./dsv41-mpi and build/mpi_draft (make test-mpi builds them) and Open MPI's mpirun. Prints "N passed, N failed".
 . "$(dirname "$0")/lib.sh"
 golden=${DSV41_GOLDEN:-${DSV41_SHARED:-../shared}/golden/ds41_tiny_golden.json}
-if [ ! -f "$golden" ] || [ ! -x ./dsv41-mpi ] || ! command -v mpirun >/dev/null; then
-    bad "needs $golden, ./dsv41-mpi and mpirun"; finish; exit 1
+if [ ! -f "$golden" ] || [ ! -x ./dsv41-mpi ] || [ ! -x build/mpi_draft ] || ! command -v mpirun >/dev/null; then
+    bad "needs $golden, ./dsv41-mpi, build/mpi_draft and mpirun"; finish; exit 1
 fi
 # shared memory between the ranks, without the cross-process copy containers often forbid; ranks
 # that wait yield their core (this host has fewer cores than ranks and other jobs)
@@ -44,6 +45,29 @@ printf 'hello\nhow are you\n/reset\nand again\n/quit\n' >"$tmp/turns"
 single=$(./dsv41 chat -m "$tmp/chat" -n 10 --temp 0 -t 1 <"$tmp/turns" 2>/dev/null)
 ranks=$(mpi -np 2 ./dsv41-mpi chat -m "$tmp/chat" -n 10 --temp 0 -t 1 <"$tmp/turns" 2>/dev/null)
 [ -n "$single" ] && [ "$ranks" = "$single" ] && ok || bad "chat on 2 ranks: '$ranks', one process: '$single'"
+
+# speculative decoding, on the tiny model with DSpark stages: --draft 3 on ranks prints the ids of
+# one process without drafts (greedy, and sampled with a seed), and the leader alone prints the
+# counts of drafts and accepted ones, the same as one process's
+./dsv41 synth --config models/tiny_dspark.json -o "$tmp/draft" --dtype fp8 >/dev/null || bad "synth the model with stages"
+for k in 2 3 s3; do
+    opts=; [ $k = s3 ] && k=3 opts="--temp 0.9 --seed 7"
+    plain=$(./dsv41 run -m "$tmp/draft" --ids $ids -n 16 -t 1 $opts 2>/dev/null)
+    single=$(./dsv41 run -m "$tmp/draft" --ids $ids -n 16 -t 1 --draft 3 $opts 2>&1 >/dev/null | grep '^speculative:')
+    got=$(mpi -np $k ./dsv41-mpi run -m "$tmp/draft" --ids $ids -n 16 -t 1 --draft 3 $opts 2>"$tmp/err")
+    counts=$(grep '^speculative:' "$tmp/err")
+    [ -n "$plain" ] && [ "$got" = "$plain" ] && printf '%s' "$single" | grep -q ' [1-9][0-9]* drafts' && [ "$counts" = "$single" ] && ok ||
+        bad "--draft 3 $opts on $k ranks: '$got' and '$counts', one process: '$plain' and '$single' ($(head -c 300 "$tmp/err"))"
+done
+
+# the drafts themselves (ids, the bits of their logits and confidence) and verifies of forced
+# drafts, alone and in a batch, checked against greedy decoding (tests/mpi_draft.c): on 2 and 3
+# ranks, one process's lines
+one=$(mpi -np 1 build/mpi_draft "$tmp/draft" 2>"$tmp/err") && [ -n "$one" ] && ok || bad "mpi_draft in one process: $(head -c 300 "$tmp/err")"
+for k in 2 3; do
+    got=$(mpi -np $k build/mpi_draft "$tmp/draft" 2>"$tmp/err")
+    [ -n "$one" ] && [ "$got" = "$one" ] && ok || bad "mpi_draft on $k ranks differs from one process ($(head -c 300 "$tmp/err"))"
+done
 
 # corrupt DIR RANK K others|own: overwrite what rank RANK of K does not own (experts, Engram table
 # rows, head rows but row 0, which the load's fingerprint samples), or its own experts. The
@@ -139,11 +163,14 @@ done
 wait $job; rc=$?
 [ -n "$follower" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && ok || bad "killed follower: rc=$rc, follower '$follower'"
 
-# the benchmark's per-rank lines, on a run left alone
-out=$(mpi -np 2 ./dsv41-mpi bench -m "$tmp/fp8" -t 1 --json 2>&1 | tail -n 1)
+# the benchmark's per-rank lines, on a run left alone; with --draft its verifies of drafts forced
+# to the target's own tokens must keep them all (else it fails)
+out=$(mpi -np 2 ./dsv41-mpi bench -m "$tmp/draft" -t 1 --draft 3 --json 2>&1 | tail -n 1)
 printf '%s' "$out" | python3 -c '
 import json, sys
-r = json.load(sys.stdin)["ranks"]
-assert len(r) == 2 and all(x["sent_bytes_per_token"] > 0 and x["weight_bytes_per_token"] > 0 for x in r)' && ok ||
+j = json.load(sys.stdin)
+r = j["ranks"]
+assert len(r) == 2 and all(x["sent_bytes_per_token"] > 0 and x["weight_bytes_per_token"] > 0 for x in r)
+assert j["speculative"]["draft"] == 3' && ok ||
     bad "bench on 2 ranks: '$out'"
 finish

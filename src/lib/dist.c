@@ -88,8 +88,23 @@ static void mix_weight(uint64_t *h, const weight *w, int whole) {
     if (w->scale) mix(h, w->scale, 1);
 }
 
-/* A digest of the config and the weights, without touching what a rank does not own: two
- * directories with different models give different digests. */
+/* a block's dense weights whole, its E experts and Engram table by form */
+static void mix_layer(uint64_t *h, const config *c, const layer_weights *L, int32_t E) {
+    const weight *dense[32];
+    int n = layer_dense_weights(L, dense);
+    for (int i = 0; i < n; i++) mix_weight(h, dense[i], 1);
+    for (int32_t e = 0; e < E; e++) {
+        mix_weight(h, &L->w1[e], 0);
+        mix_weight(h, &L->w2[e], 0);
+        mix_weight(h, &L->w3[e], 0);
+    }
+    if (L->engram >= 0) mix_weight(h, &L->eg_table, 0);
+    mix(h, L->attn_norm, (size_t)c->dim * sizeof *L->attn_norm);
+    mix(h, L->ffn_norm, (size_t)c->dim * sizeof *L->ffn_norm);
+}
+
+/* A digest of the config and the weights (the drafter's too), without touching what a rank
+ * does not own: two directories with different models give different digests. */
 static uint64_t fingerprint(const dsv41_model *m) {
     const config *c = &m->cfg;
     uint64_t h = 0xCBF29CE484222325ULL;
@@ -99,7 +114,9 @@ static uint64_t fingerprint(const dsv41_model *m) {
                             c->index_topk, c->moe_inter_dim, c->n_routed_experts, c->n_shared_experts,
                             c->n_activated_experts, c->norm_topk_prob, c->hc_mult, c->hc_sinkhorn_iters,
                             c->original_seq_len, c->max_seq_len, c->n_engram, c->engram_max_ngram,
-                            c->engram_n_heads, c->engram_head_dim, c->engram_pad_id};
+                            c->engram_n_heads, c->engram_head_dim, c->engram_pad_id, c->n_mtp_layers,
+                            c->dspark_n_experts, c->dspark_n_activated, c->dspark_markov_rank, c->dspark_block_size,
+                            c->dspark_noise_id, c->dspark_n_targets};
     const float floats[] = {c->route_scale, c->swiglu_limit, c->gate_temp, c->hc_eps, c->norm_eps, c->rope_theta,
                             c->compress_rope_theta, c->rope_factor, c->beta_fast, c->beta_slow};
     mix(&h, ints, sizeof ints);
@@ -113,19 +130,17 @@ static uint64_t fingerprint(const dsv41_model *m) {
     mix_weight(&h, &m->embed, 1);
     mix_weight(&h, &m->head, 1);
     mix(&h, m->norm, (size_t)c->dim * sizeof *m->norm);
-    for (int32_t l = 0; l < c->n_layers; l++) {
-        const layer_weights *L = &m->layers[l];
-        const weight *dense[32];
-        int n = layer_dense_weights(L, dense);
-        for (int i = 0; i < n; i++) mix_weight(&h, dense[i], 1);
-        for (int32_t e = 0; e < c->n_routed_experts; e++) {
-            mix_weight(&h, &L->w1[e], 0);
-            mix_weight(&h, &L->w2[e], 0);
-            mix_weight(&h, &L->w3[e], 0);
-        }
-        if (L->engram >= 0) mix_weight(&h, &L->eg_table, 0);
-        mix(&h, L->attn_norm, (size_t)c->dim * sizeof *L->attn_norm);
-        mix(&h, L->ffn_norm, (size_t)c->dim * sizeof *L->ffn_norm);
+    for (int32_t l = 0; l < c->n_layers; l++) mix_layer(&h, c, &m->layers[l], c->n_routed_experts);
+    if (m->draft) {
+        const dspark_weights *d = m->draft;
+        mix(&h, c->dspark_target, (size_t)c->dspark_n_targets * sizeof *c->dspark_target);
+        for (int32_t s = 0; s < c->n_mtp_layers; s++) mix_layer(&h, c, &d->stages[s], c->dspark_n_experts);
+        mix_weight(&h, &d->main_proj, 1);
+        mix_weight(&h, &d->markov_embed, 1);
+        mix_weight(&h, &d->markov_head, 1);
+        mix_weight(&h, &d->confidence, 1);
+        mix(&h, d->main_norm, (size_t)c->dim * sizeof *d->main_norm);
+        mix(&h, d->norm, (size_t)c->dim * sizeof *d->norm);
     }
     return h;
 }
@@ -227,20 +242,35 @@ static void hook_threads(int32_t n) {
     if (leading()) tell((dist_op){.op = OP_THREADS, .n = n});
 }
 
-static void hook_forward_begin(const dsv41_session *s, const int32_t *ids, int32_t n, int32_t flags) {
+/* Locks the leader for a call on session s and sends it: o with its n ids inline when they fit,
+ * else after it. */
+static void begin(const dsv41_session *s, dist_op o, const int32_t *ids, int32_t n) {
     if (!leads(s->m)) return;
     pthread_mutex_lock(&lead);
-    dist_op o = {.op = OP_FORWARD, .id = s->dist_id, .n = n, .flags = flags, .len = n > INLINE_IDS ? 4 * n : 0};
+    o.id = s->dist_id;
+    o.len = n > INLINE_IDS ? 4 * n : 0;
     if (n <= INLINE_IDS) memcpy(o.ids, ids, (size_t)n * sizeof *ids);
     send_op(o, ids);
+}
+
+static void hook_forward_begin(const dsv41_session *s, const int32_t *ids, int32_t n, int32_t flags) {
+    begin(s, (dist_op){.op = OP_FORWARD, .n = n, .flags = flags}, ids, n);
 }
 
 static void hook_forward_end(const dsv41_session *s) {
     if (leads(s->m)) pthread_mutex_unlock(&lead);
 }
 
+static void hook_draft_begin(const dsv41_session *s, int32_t anchor, int32_t n) {
+    begin(s, (dist_op){.op = OP_DRAFT, .n = n}, &anchor, 1);
+}
+
+static void hook_verify_begin(const dsv41_session *s, const int32_t *ids, int32_t n, int32_t plain) {
+    begin(s, (dist_op){.op = OP_VERIFY, .n = n, .flags = plain}, ids, n);
+}
+
 static const lead_hooks hooks = {hook_model_free, hook_session_new, hook_session_free, hook_threads,
-                                 hook_forward_begin, hook_forward_end};
+                                 hook_forward_begin, hook_forward_end, hook_draft_begin, hook_verify_begin};
 
 int dsv41_set_dist(const dsv41_dist *d) {
     if (d->n_ranks < 1 || d->rank < 0 || d->rank >= d->n_ranks)
@@ -332,7 +362,7 @@ static void drop(follower *f, int32_t id) {
 
 static void follow_forward(follower *f, const dist_op *o, const int32_t *payload) {
     dsv41_session *s = find(f, o->id);
-    const int32_t *ids = o->n > INLINE_IDS ? payload : o->ids;
+    const int32_t *ids = o->len ? payload : o->ids;
     size_t need = (o->flags & FWD_LOGITS) ? (size_t)s->m->cfg.vocab_size * (size_t)(o->flags & FWD_ALL ? o->n : 1) : 0;
     if (need > f->cap) {
         free(f->logits);
@@ -346,6 +376,25 @@ static void follow_forward(follower *f, const dist_op *o, const int32_t *payload
     int rc = o->flags & FWD_ALL ? dsv41_session_forward_all(s, ids, o->n, lg)
                                 : dsv41_session_forward(s, ids, o->n, lg, o->flags & FWD_TRACE ? f->trace : NULL);
     if (rc) fatal("rank %d: forward: %s", collective_net.rank, dsv41_error());
+}
+
+/* The leader's draft: the same ids here, thrown away. */
+static void follow_draft(follower *f, const dist_op *o) {
+    int32_t *ids = malloc((size_t)(o->n > 0 ? o->n : 1) * sizeof *ids);
+    if (!ids) { fatal("rank %d: out of memory", collective_net.rank); return; }
+    if (dsv41_session_draft(find(f, o->id), o->ids[0], o->n, ids, NULL, NULL))
+        fatal("rank %d: draft: %s", collective_net.rank, dsv41_error());
+    free(ids);
+}
+
+/* The leader's verify: the same forward, then the rows the leader's picks keep (spec.c). */
+static void follow_verify(follower *f, const dist_op *o, const int32_t *payload) {
+    dsv41_session *s = find(f, o->id);
+    const int32_t *ids = o->len ? payload : o->ids;
+    int32_t kept, next;
+    if (o->flags ? dsv41_batch_verify(&s, &ids, &o->n, 1, NULL, NULL, &kept, &next)
+                 : dsv41_session_verify(s, ids, o->n, NULL, NULL, &next) < 0)
+        fatal("rank %d: verify: %s", collective_net.rank, dsv41_error());
 }
 
 int32_t dsv41_follow(void) {
@@ -381,6 +430,8 @@ int32_t dsv41_follow(void) {
             break;
         case OP_SESSION_FREE: dsv41_session_free(find(&f, o.id)); drop(&f, o.id); break;
         case OP_FORWARD: follow_forward(&f, &o, (const int32_t *)payload); break;
+        case OP_DRAFT: follow_draft(&f, &o); break;
+        case OP_VERIFY: follow_verify(&f, &o, (const int32_t *)payload); break;
         case OP_THREADS: dsv41_set_threads(o.n); break;
         case OP_REPORT: {
             rank_report *all = calloc((size_t)collective_net.n_ranks, sizeof *all);

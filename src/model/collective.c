@@ -32,9 +32,9 @@ void collective_bcast(void *buf, int64_t n) {
 }
 
 /* ---- the exchanges inside a forward */
-void collective_share_picks(const dsv41_model *m, const int64_t *first, int32_t e0, int32_t e1, float *ys) {
+void collective_share_picks(const dsv41_model *m, int32_t E, const int64_t *first, int32_t e0, int32_t e1, float *ys) {
     const model_part *p = &m->part;
-    const int32_t K = p->n_ranks, E = m->cfg.n_routed_experts;
+    const int32_t K = p->n_ranks;
     const int64_t dim = m->cfg.dim, p0 = first[e0], np = first[e1] - p0;
     if (np == 0) return; /* every rank sees the same routing, so all skip it */
     scratch_mark mark = scratch_begin();

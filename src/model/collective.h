@@ -18,10 +18,10 @@ void collective_bcast(void *buf, int64_t n);
 /* Bytes this rank sent to the others so far. */
 uint64_t collective_sent(void);
 
-/* MoE: ys [first[e1] - first[e0]][dim] holds the outputs of this rank's picks among experts
- * [e0, e1) (first as in moe.c); on return, every pick's. The outputs are bf16 values and travel
- * as bf16. */
-void collective_share_picks(const dsv41_model *m, const int64_t *first, int32_t e0, int32_t e1, float *ys);
+/* MoE of E experts (the target's or the drafter's): ys [first[e1] - first[e0]][dim] holds the
+ * outputs of this rank's picks among experts [e0, e1) (first as in moe.c); on return, every
+ * pick's. The outputs are bf16 values and travel as bf16. */
+void collective_share_picks(const dsv41_model *m, int32_t E, const int64_t *first, int32_t e0, int32_t e1, float *ys);
 /* out [n][table cols] = bf16(table row rows[i]) for every i, each row read by its owner and
  * sent as stored (e4m3 and its e8m0 scales). */
 void collective_table_rows(const dsv41_model *m, const weight *table, const int64_t *rows, int64_t n, float *out);

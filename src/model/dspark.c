@@ -24,7 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collective.h"
 #include "dspark.h"
+#include "lead.h"
 #include "numerics.h"
 #include "scratch.h"
 
@@ -185,8 +187,10 @@ static void run_draft(void *p) {
     hc_pre(h, pre_mix, B, hc, dim, z);
     rms_norm(z, dw->norm, B, dim, c->norm_eps, zn);
     /* the rows of the block all take part in its attention, but only the drafts asked for need
-     * the head and the Markov chain (each row's logits are its own) */
-    linear(&m->head, zn, n, lg);
+     * the head and the Markov chain (each row's logits are its own); on ranks each computes
+     * its share of the head's rows, as the target's head */
+    if (m->part.n_ranks > 1) collective_linear(m, &m->head, zn, n, lg);
+    else linear(&m->head, zn, n, lg);
     /* the Markov chain: each pick's bias comes from the token before it */
     for (int32_t t = 0, prev = anchor; t < n; t++) {
         float *e = cat + (int64_t)t * (dim + rank) + dim, *row = lg + t * V;
@@ -210,11 +214,13 @@ int dsv41_session_draft(dsv41_session *s, int32_t anchor, int32_t n, int32_t *id
     int32_t B = c->dspark_block_size, S = s->pos - 1;
     int64_t V = c->vocab_size;
     if (!dw || !d) return set_error("draft: the model has no DSpark drafter");
-    if (m->part.n_ranks > 1) return set_error("draft: not supported on a model split over ranks");
     if (S < 1 || d->hi != s->pos) return set_error("draft: needs a session that decoded a token after its prefill");
     if ((int64_t)S + B >= c->max_seq_len)
         return set_error("draft: a block after position %d passes the context of %d tokens", S, c->max_seq_len);
     if (anchor < 0 || anchor >= V) return set_error("draft: token id %d is outside the vocabulary [0, %lld)", anchor, (long long)V);
     if (n < 1 || n > B) return set_error("draft: %d drafts (1 to the block's %d)", n, B);
-    return session_run(&s, 1, run_draft, &(draft_call){s, anchor, n, ids, logits, confidence});
+    lead_draft_begin(s, anchor, n); /* on ranks the others run the same draft */
+    int rc = session_run(&s, 1, run_draft, &(draft_call){s, anchor, n, ids, logits, confidence});
+    lead_forward_end(s);
+    return rc;
 }

@@ -404,9 +404,11 @@ static int forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logit
     return check_logits(logits, all ? n * s->m->cfg.vocab_size : s->m->cfg.vocab_size);
 }
 
+int forward_check(dsv41_session *s, const int32_t *ids, int32_t n) {
+    return check_call(s, ids, n) || session_reserve(s, s->pos + n) ? -1 : 0;
+}
+
 int forward_verify(dsv41_session *const *s, const int32_t *const *ids, const int32_t *n, int32_t count, float *const *logits) {
-    for (int32_t i = 0; i < count; i++)
-        if (check_call(s[i], ids[i], n[i]) || session_reserve(s[i], s[i]->pos + n[i])) return -1;
     scratch_mark mark = scratch_begin();
     batch_seq *seq = scratch_bytes((size_t)count * sizeof *seq);
     int64_t T = 0;

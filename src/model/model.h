@@ -252,9 +252,13 @@ typedef struct {
 
 /* Grows s's caches to hold n positions (n <= max_seq_len); 0, or -1 when out of memory. */
 int session_reserve(dsv41_session *s, int32_t n);
+/* Whether s can be fed the n ids now (else -1, the reason set as the error), its caches grown
+ * for them: a call's checks, made before a model split over ranks tells the other ranks. */
+int forward_check(dsv41_session *s, const int32_t *ids, int32_t n);
 /* For each of count distinct sessions s[i] at position > 0, its n[i] rows in one forward, each
  * computed as a one-token step at its position would be (s[i]->verify set: spec.c; a session
- * without one feeds one token, a decode step); logits[i] [n[i]][vocab] get every row's. */
+ * without one feeds one token, a decode step); logits[i] [n[i]][vocab] get every row's. Each
+ * session's call passed forward_check. */
 int forward_verify(dsv41_session *const *s, const int32_t *const *ids, const int32_t *n, int32_t count, float *const *logits);
 
 /* Empties s to position 0 as a new session is. Compressed rows are zeroed up to position reach

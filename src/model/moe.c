@@ -213,7 +213,7 @@ void moe_layer(const dsv41_model *m, const layer_weights *L, int32_t E, int32_t 
         gather_job gj = {xs, x, rows + p0, dim};
         pool_run(np, 64, gather_range, &gj);
         run_experts(m, L, E, first, e0, e1, xs, rw + p0, x, T, shared && e1 == E, ys, yss);
-        if (m->part.n_ranks > 1) collective_share_picks(m, first, e0, e1, ys); /* the other ranks' experts */
+        if (m->part.n_ranks > 1) collective_share_picks(m, E, first, e0, e1, ys); /* the other ranks' experts */
         scatter_job sj = {acc, ys, picks, p0, np, k, dim};
         pool_run(T, 16, scatter_range, &sj);
     }

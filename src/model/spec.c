@@ -16,7 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collective.h"
 #include "dspark.h"
+#include "lead.h"
 #include "numerics.h"
 #include "spec.h"
 
@@ -128,10 +130,21 @@ static int32_t pick_next(const dsv41_session *s, dsv41_pick_fn pick, void *ctx, 
 static int verify_refused(const dsv41_session *s, int32_t n) {
     const config *c = &s->m->cfg;
     if (n < 1 || n > c->window_size) return set_error("verify: %d rows (1 to the window's %d)", n, c->window_size);
-    if (s->m->part.n_ranks > 1) return set_error("verify: not supported on a model split over ranks");
     if (s->pos < 1) return set_error("verify: the session needs its prefill first");
     if ((int64_t)s->pos + n > c->max_seq_len)
         return set_error("verify: %d rows at position %d exceed the context of %d tokens", n, s->pos, c->max_seq_len);
+    return 0;
+}
+
+/* Why the verify of count sessions cannot run (set as the error), or 0 */
+static int verify_checked(dsv41_session *const *s, const int32_t *n, int32_t count) {
+    if (count < 1) return set_error("verify: no sessions");
+    for (int32_t i = 0; i < count; i++) {
+        if (verify_refused(s[i], n[i])) return -1;
+        if (s[i]->m != s[0]->m) return set_error("verify: session %d belongs to another model", i);
+        for (int32_t k = 0; k < i; k++)
+            if (s[k] == s[i]) return set_error("verify: session %d appears twice", i);
+    }
     return 0;
 }
 
@@ -148,22 +161,22 @@ static int verify_refused(const dsv41_session *s, int32_t n) {
  * starts its journal; one whose block cannot run yet (too early for the index keys) feeds its
  * first id alone, as a decode step, when plain allows it, else the call fails untouched. Then
  * each session's picks, in row order, keep the drafts that equal them and the rest is rolled
- * back. */
+ * back.
+ *
+ * On a model split over ranks (count 1 there: see dsv41_batch_verify) the other ranks repeat
+ * the leader's call (lead_verify_begin) and run the same forward; the picks run on the leader
+ * alone, and its decision, the rows kept and the token after them, goes to every rank, so all
+ * roll back alike. */
 static int verify_batch(dsv41_session *const *s, const int32_t *const *ids, const int32_t *n, int32_t count, dsv41_pick_fn pick,
                         void *const *ctx, int32_t *kept, int32_t *next, int plain) {
-    if (count < 1) return set_error("verify: no sessions");
-    for (int32_t i = 0; i < count; i++) {
-        if (verify_refused(s[i], n[i])) return -1;
-        if (s[i]->m != s[0]->m) return set_error("verify: session %d belongs to another model", i);
-        for (int32_t k = 0; k < i; k++)
-            if (s[k] == s[i]) return set_error("verify: session %d appears twice", i);
-    }
+    if (verify_checked(s, n, count)) return -1;
     const config *c = &s[0]->m->cfg;
+    const model_part *part = &s[0]->m->part;
     int64_t V = c->vocab_size;
     spec_journal *j = calloc((size_t)count, sizeof *j);
-    int32_t *rows = malloc((size_t)count * sizeof *rows);
+    int32_t *rows = malloc((size_t)count * sizeof *rows), *decision = malloc((size_t)count * 2 * sizeof *decision);
     float **logits = calloc((size_t)count, sizeof *logits), *row = malloc((size_t)V * sizeof *row);
-    int rc = j && rows && logits && row ? 0 : set_error("out of memory verifying drafts");
+    int rc = j && rows && decision && logits && row ? 0 : set_error("out of memory verifying drafts");
     for (int32_t i = 0; rc == 0 && i < count; i++) {
         rows[i] = n[i];
         if (journal_new(s[i], n[i], &j[i])) { rc = -1; break; }
@@ -174,21 +187,33 @@ static int verify_batch(dsv41_session *const *s, const int32_t *const *ids, cons
             if (!plain) rc = set_error("verify: %d rows at position %d would read index keys not written yet (too early)", n[i], s[i]->pos);
         }
         if (rc == 0 && !(logits[i] = malloc((size_t)(rows[i] * V) * sizeof *logits[i]))) rc = set_error("out of memory verifying drafts");
+        if (rc == 0 && forward_check(s[i], ids[i], rows[i])) rc = -1; /* here, before the other ranks are told */
     }
-    verify_call v = {s, ids, rows, count, logits, 0};
-    int ran = rc == 0 && (rc = session_run(s, count, run_verify, &v) ? -1 : v.rc) == 0;
-    for (int32_t i = 0; ran && i < count; i++) { /* every session's picks, even after one failed */
-        int32_t m = 0, t, pos0 = s[i]->pos - rows[i];
-        int last = 0;
-        while ((t = pick_next(s[i], pick, ctx ? ctx[i] : NULL, logits[i] + m * V, pos0 + m + 1, row, &last)) >= 0 && !last &&
-               m + 1 < rows[i] && t == ids[i][m + 1])
-            m++;
+    int ran = 0;
+    if (rc == 0) {
+        lead_verify_begin(s[0], ids[0], n[0], plain);
+        verify_call v = {s, ids, rows, count, logits, 0};
+        ran = (rc = session_run(s, count, run_verify, &v) ? -1 : v.rc) == 0;
+        for (int32_t i = 0; ran && part->rank == 0 && i < count; i++) { /* every session's picks, even after one failed */
+            int32_t m = 0, t, pos0 = s[i]->pos - rows[i];
+            int last = 0;
+            while ((t = pick_next(s[i], pick, ctx ? ctx[i] : NULL, logits[i] + m * V, pos0 + m + 1, row, &last)) >= 0 && !last &&
+                   m + 1 < rows[i] && t == ids[i][m + 1])
+                m++;
+            decision[2 * i] = m;
+            decision[2 * i + 1] = t;
+            if (t < 0) rc = -1;
+        }
+        if (ran && part->n_ranks > 1) collective_bcast(decision, (int64_t)count * 2 * (int64_t)sizeof *decision);
+        lead_forward_end(s[0]);
+    }
+    for (int32_t i = 0; ran && i < count; i++) {
+        int32_t m = decision[2 * i];
         if (s[i]->verify && m + 1 < rows[i]) rollback(s[i], &j[i], m + 1);
         memcpy(s[i]->logits, logits[i] + m * V, (size_t)V * sizeof *row);
         s[i]->has_logits = 1;
         kept[i] = m;
-        next[i] = t;
-        if (t < 0) rc = -1;
+        next[i] = decision[2 * i + 1];
     }
     for (int32_t i = 0; i < count; i++) {
         if (j && j[i].ring_old) s[i]->verify = NULL, journal_free(c, &j[i]);
@@ -196,6 +221,7 @@ static int verify_batch(dsv41_session *const *s, const int32_t *const *ids, cons
     }
     free(j);
     free(rows);
+    free(decision);
     free(logits);
     free(row);
     return rc;
@@ -208,9 +234,15 @@ int32_t dsv41_session_verify(dsv41_session *s, const int32_t *ids, int32_t n, ds
     return kept;
 }
 
+/* A model split over ranks verifies the sessions one after another, as dsv41_batch_forward
+ * runs them: its ranks follow the leader's calls one session at a time. */
 int dsv41_batch_verify(dsv41_session *const *s, const int32_t *const *ids, const int32_t *n, int32_t count, dsv41_pick_fn pick,
                        void *const *ctx, int32_t *kept, int32_t *next) {
-    return verify_batch(s, ids, n, count, pick, ctx, kept, next, 1);
+    if (count < 2 || s[0]->m->part.n_ranks == 1) return verify_batch(s, ids, n, count, pick, ctx, kept, next, 1);
+    if (verify_checked(s, n, count)) return -1;
+    for (int32_t i = 0; i < count; i++)
+        if (verify_batch(s + i, ids + i, n + i, 1, pick, ctx ? ctx + i : NULL, kept + i, next + i, 1)) return -1;
+    return 0;
 }
 
 int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draft, dsv41_pick_fn pick, void *ctx, int32_t *out,

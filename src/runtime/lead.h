@@ -26,6 +26,11 @@ typedef struct {
     /* around a forward of n ids; end unlocks what begin locked */
     void (*forward_begin)(const dsv41_session *s, const int32_t *ids, int32_t n, int32_t flags);
     void (*forward_end)(const dsv41_session *s);
+    /* before a draft of n tokens after anchor, and before a verify of the n rows ids (plain: as
+     * dsv41_batch_verify, which may feed one row); forward_end ends them too, the verify's after
+     * the leader's decision of the rows kept */
+    void (*draft_begin)(const dsv41_session *s, int32_t anchor, int32_t n);
+    void (*verify_begin)(const dsv41_session *s, const int32_t *ids, int32_t n, int32_t plain);
 } lead_hooks;
 
 /* The hooks in force: NULL unless this process leads a job of ranks. Set by dsv41_set_dist,
@@ -40,5 +45,11 @@ static inline void lead_forward_begin(const dsv41_session *s, const int32_t *ids
     if (lead_active) lead_active->forward_begin(s, ids, n, flags);
 }
 static inline void lead_forward_end(const dsv41_session *s) { if (lead_active) lead_active->forward_end(s); }
+static inline void lead_draft_begin(const dsv41_session *s, int32_t anchor, int32_t n) {
+    if (lead_active) lead_active->draft_begin(s, anchor, n);
+}
+static inline void lead_verify_begin(const dsv41_session *s, const int32_t *ids, int32_t n, int32_t plain) {
+    if (lead_active) lead_active->verify_begin(s, ids, n, plain);
+}
 
 #endif
