@@ -141,6 +141,7 @@ static int reply(chat_state *c, const gen_opts *o) {
     reply_state r = {.c = c, .o = o, .limit = o->n_new >= 0 ? o->n_new : (int64_t)c->ctx};
     int32_t *out = o->draft ? malloc((size_t)(o->draft + 1) * sizeof *out) : NULL, next = -1; /* next: picked, not fed */
     int rc = o->draft && !out ? fail("out of memory") : 0, last = 0;
+    dsv41_draft_policy policy = o->policy; /* each reply starts without a pause */
     double t0 = now_s();
     while (rc == 0) {
         int32_t pos = dsv41_session_pos(c->s);
@@ -155,7 +156,7 @@ static int reply(chat_state *c, const gen_opts *o) {
         nd = nd < r.limit - r.taken ? nd : r.limit - r.taken;
         nd = nd < c->ctx - pos - 2 ? nd : c->ctx - pos - 2;
         if (nd > 0) { /* feeds next and the drafts kept; picks the token after them */
-            int32_t got = dsv41_session_speculate(c->s, next, (int32_t)nd, pick, &r, out, NULL);
+            int32_t got = dsv41_session_speculate(c->s, next, (int32_t)nd, &policy, pick, &r, out, NULL);
             if (got < 0) { rc = r.end == TAKE_ERROR ? fail("out of memory") : fail(dsv41_error()); break; }
             memcpy(c->logits, dsv41_session_logits(c->s), (size_t)c->V * sizeof *c->logits);
             next = out[got - 1];

@@ -25,6 +25,7 @@ typedef struct {
     const char *kernels;       /* --kernels, NULL: $DSV41_KERNELS or the fastest */
     int special;               /* --special: show special tokens */
     int32_t draft;             /* --draft N: drafts per speculative block (run --ids), 0: off */
+    dsv41_draft_policy policy; /* --draft-p-min: which drafts a round verifies, when it drafts */
 } gen_opts;
 
 /* Parses run's (chat = 0) or chat's flags into o; returns -1 to go on, else the exit status. */

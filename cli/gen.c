@@ -24,7 +24,7 @@ static int32_t effort_of(const char *think) {
 
 /* The table is built per call because its rows point into o; chat leaves out the prompt rows. */
 int gen_parse(int chat, int argc, char **argv, gen_opts *o) {
-    *o = (gen_opts){.n_new = -1, .sp = dsv41_sampler_params_default()};
+    *o = (gen_opts){.n_new = -1, .sp = dsv41_sampler_params_default(), .policy = dsv41_draft_policy_default()};
     o->sp.seed = (uint64_t)time(NULL);
     cli_opt t[32];
     int n = 0;
@@ -60,6 +60,8 @@ int gen_parse(int chat, int argc, char **argv, gen_opts *o) {
     t[n++] = (cli_opt){"--special", NULL, OPT_FLAG, &o->special, 0, 0, NULL, "hidden", "print the reply's special tokens"};
     t[n++] = (cli_opt){"--draft", "N", OPT_I32, &o->draft, 0, 64, NULL, "0, off",
                        "speculative decoding with the model's DSpark drafter, N drafts a block (the same tokens)"};
+    t[n++] = (cli_opt){"--draft-p-min", "P", OPT_F32, &o->policy.p_min, 0, 1, NULL, "0.5",
+                       "verify the drafts before the first whose confidence is under P (0: all)"};
     t[n++] = (cli_opt)OPT_THREADS(&o->threads);
     t[n++] = (cli_opt)OPT_KERNELS(&o->kernels);
     const char *about = chat ? "An interactive conversation in one session (/help lists the commands; Ctrl-C stops a reply).\n"

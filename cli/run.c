@@ -46,14 +46,15 @@ static int run_ids(const gen_opts *o) {
     if (rc == 0) gen_note_seed(o);
     double t1 = now_s();
     int64_t done = 0, rounds = 0, n_drafted = 0, n_kept = 0;
+    dsv41_draft_policy policy = o->policy;
     if (rc == 0 && o->draft > 0 && n_new > 0) { /* speculative rounds: the same ids, several a forward */
         int32_t *out = malloc((size_t)(o->draft + 1) * sizeof *out), anchor = dsv41_sample_pick(smp, logits, hist, n_ids, NULL);
         if (!out || anchor < 0) rc = fail(out ? dsv41_error() : "out of memory");
         else printf("%d", anchor);
         for (done = 1; rc == 0 && done < n_new && !cli_signal; rounds++) {
             int64_t room = n_new - done - 1;
-            int32_t drafted, got = dsv41_session_speculate(s, anchor, room < o->draft ? (int32_t)room : o->draft, dsv41_sample_pick, smp, out,
-                                                            &drafted);
+            int32_t drafted, got = dsv41_session_speculate(s, anchor, room < o->draft ? (int32_t)room : o->draft, &policy,
+                                                            dsv41_sample_pick, smp, out, &drafted);
             if (got < 0) { rc = fail(dsv41_error()); break; }
             for (int32_t i = 0; i < got; i++) printf(",%d", out[i]);
             fflush(stdout);

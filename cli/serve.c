@@ -20,6 +20,7 @@
 int cmd_serve(int argc, char **argv) {
     const char *dir = NULL, *host = "127.0.0.1", *key = NULL, *kernels = NULL, *slot_dir = NULL;
     int32_t port = 8080, slots = 1, ctx = 0, threads = 0, timeout = 600, queue = 64, snaps = 4, draft = 0;
+    dsv41_draft_policy policy = dsv41_draft_policy_default();
     const cli_opt opts[] = {
         {"-m|--model", "DIR", OPT_STR, &dir, 0, 0, NULL, OPT_REQUIRED, "the checkpoint to serve (with its tokenizer.json)"},
         {"--host", "ADDR", OPT_STR, &host, 0, 0, NULL, "127.0.0.1", "the address to bind"},
@@ -34,6 +35,8 @@ int cmd_serve(int argc, char **argv) {
         {"--slot-save-path", "DIR", OPT_STR, &slot_dir, 0, 0, NULL, "none", "the folder of slot files (POST /slots/ID)"},
         {"--draft", "N", OPT_I32, &draft, 0, 64, NULL, "0, off",
          "speculative decoding with the model's DSpark drafter, N drafts a block (the same replies)"},
+        {"--draft-p-min", "P", OPT_F32, &policy.p_min, 0, 1, NULL, "0.5",
+         "verify the drafts before the first whose confidence is under P (0: all)"},
         OPT_KERNELS(&kernels),
     };
     const cli_cmd cmd = {.name = "serve",
@@ -108,7 +111,7 @@ int cmd_serve(int argc, char **argv) {
 
     int bound = 0;
     struct MHD_Daemon *d = NULL;
-    sv.sched = sched_start(m, tk, (int32_t)slots, (int32_t)snaps, (int32_t)queue, sv.ctx, draft);
+    sv.sched = sched_start(m, tk, (int32_t)slots, (int32_t)snaps, (int32_t)queue, sv.ctx, draft, policy);
     if (sv.sched) d = http_start(&sv, host, (int)port, (int)timeout, &bound);
     if (d) {
         fprintf(stderr, "dsv41 serve: %s on http://%s:%d (%d slots, context %d tokens)\n", sv.model_name, host, bound, slots, sv.ctx);

@@ -166,15 +166,40 @@ int32_t dsv41_session_verify(dsv41_session *s, const int32_t *ids, int32_t n, ds
  * complete). */
 int dsv41_batch_verify(dsv41_session *const *s, const int32_t *const *ids, const int32_t *n, int32_t count, dsv41_pick_fn pick,
                        void *const *ctx, int32_t *kept, int32_t *next);
+/* Which drafts speculative decoding verifies, and when it drafts at all: the state of one stream
+ * (a reply), begun by dsv41_draft_policy_default (or zero state and a p_min). Neither rule
+ * changes a token, since the picks decide and drafts only save forwards:
+ * - the confident prefix: a draft's confidence logit c estimates the chance that it is kept when
+ *   the drafts before it are, so a block verifies only the drafts before the first whose
+ *   sigmoid(c) is under p_min (the choice of draft j reads c_1..c_j only: DSpark's lossless rule);
+ * - a pause: when fewer than 6 of the latest 10 drafts proposed were kept (a drafter that does
+ *   not fit the text, a high temperature), the next 64 tokens are decoded plain, without the
+ *   drafter's cost, and the count starts again. */
+typedef struct {
+    float p_min;        /* the confidence a draft needs to be verified, 0 to 1 (0: every draft) */
+    int32_t pause;      /* plain tokens still to decode before the next block */
+    int32_t n_proposed; /* drafts proposed since the last pause, counted up to 10 */
+    uint32_t kept;      /* bit i: whether the i-th latest of them was kept */
+} dsv41_draft_policy;
+/* p_min 0.5 (the DSpark engines' default), no pause, nothing counted. */
+dsv41_draft_policy dsv41_draft_policy_default(void);
+/* How many of n drafts to verify: those before the first whose confidence [n] (the logits of
+ * dsv41_session_draft) has a sigmoid under p->p_min (a NaN counts as under). */
+int32_t dsv41_draft_policy_cut(const dsv41_draft_policy *p, const float *confidence, int32_t n);
+/* Records a round into p: proposed drafts drafted (0: a plain step, which counts a pause down)
+ * and kept of them kept; starts a pause where the latest 10 keep fewer than 6. */
+void dsv41_draft_policy_record(dsv41_draft_policy *p, int32_t proposed, int32_t kept);
 /* One round of speculative decoding: anchor is the token picked from s's last logits (not fed
  * yet); the drafter proposes up to n_draft tokens (at most its block), one verify keeps those
  * decoding would feed, and out [n_draft + 1] gets the tokens decoding picks next: the kept
  * drafts, then the pick after them (the next anchor, not fed). Returns their count, or -1;
- * *drafted (when not NULL) gets how many drafts the verify checked. Where no block can be
- * drafted or verified (the step after a prefill, the end of the context, no drafter, n_draft 0)
- * it is one plain step: the anchor fed, one token picked, no draft. */
-int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draft, dsv41_pick_fn pick, void *ctx, int32_t *out,
-                                int32_t *drafted);
+ * *drafted (when not NULL) gets how many drafts the verify checked. policy (NULL: every draft,
+ * never a pause) cuts the block at its confident prefix, pauses the drafting and records the
+ * round. Where no block can be drafted or verified (the step after a prefill, the end of the
+ * context, no drafter, n_draft 0, a pause, no confident draft) it is one plain step: the anchor
+ * fed, one token picked, no draft verified. */
+int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draft, dsv41_draft_policy *policy, dsv41_pick_fn pick,
+                                void *ctx, int32_t *out, int32_t *drafted);
 /* Writes s to path as one self-checking file: a magic and format version, the identity of the
  * model (its config and a checksum of its weights), the ids, every piece of state and a checksum
  * of the whole. The file appears whole or not at all (written under a temporary name, synced,

@@ -39,6 +39,7 @@ typedef struct {
     _Atomic int32_t prefill_layers; /* layers a long prefill running alone has done, -1: none (for /slots) */
     int picked;             /* next was picked (and handed to the job) by a speculative round */
     int32_t thought;        /* reasoning tokens of a job with a thinking budget, -1: none or ended */
+    dsv41_draft_policy policy; /* the job's speculative rounds: their confidence cut and pause */
 } slot;
 
 struct sched {
@@ -47,6 +48,7 @@ struct sched {
     int32_t vocab, eos, ctx;
     int32_t unthink;           /* the id of </think>, which ends a reply's reasoning, -1: none */
     int32_t draft;             /* drafts a speculative round, 0: off */
+    dsv41_draft_policy policy; /* what each reply's speculative rounds begin with */
     slot *slots;               /* [n_slots] */
     int32_t n_slots, n_snaps;  /* snapshots per slot */
     job *head, *tail;          /* waiting requests, oldest first */
@@ -269,6 +271,7 @@ static const char *start(sched *s, slot *sl) {
         return dsv41_error();
     memset(&sl->utf8, 0, sizeof sl->utf8);
     sl->picked = 0;
+    sl->policy = s->policy;
     sl->thought = j->think_budget > 0 && s->unthink >= 0 ? 0 : -1;
     if (k == j->n_prompt) {
         memcpy(sl->logits, dsv41_session_logits(sl->session), (size_t)s->vocab * sizeof *sl->logits);
@@ -346,24 +349,26 @@ static int32_t pick_token(void *ctx, float *logits, const int32_t *history, int3
 }
 
 /* The speculative rounds of the step's decoding slots, in one forward: each feeds its picked
- * token and the drafts its drafter proposes (a decode step where it proposes none); the drafts
- * kept are the slot's next tokens, and the token picked after them waits for the next step
- * (sl->picked). */
+ * token and the confident prefix of the drafts its drafter proposes (a decode step where it
+ * proposes none or its policy pauses, see dsv41_draft_policy); the drafts kept are the slot's
+ * next tokens, and the token picked after them waits for the next step (sl->picked). */
 static void spec_step(sched *s, int32_t count) {
-    int32_t *rows = malloc((size_t)count * (s->draft + 1) * sizeof *rows), *kept = malloc((size_t)count * 3 * sizeof *kept);
+    int32_t *rows = malloc((size_t)count * (s->draft + 1) * sizeof *rows), *kept = malloc((size_t)count * 4 * sizeof *kept);
     round_ctx *r = malloc((size_t)count * sizeof *r);
     void **ctx = malloc((size_t)count * sizeof *ctx);
-    const char *err = rows && kept && r && ctx ? NULL : "out of memory";
-    int32_t *next = kept + count, *n = kept + 2 * count;
+    float *conf = malloc((size_t)s->draft * sizeof *conf);
+    const char *err = rows && kept && r && ctx && conf ? NULL : "out of memory";
+    int32_t *next = kept + count, *n = kept + 2 * count, *proposed = kept + 3 * count;
     for (int32_t i = 0; !err && i < count; i++) {
         slot *sl = s->spec[i];
         int32_t pos = dsv41_session_pos(sl->session), *ids = rows + (int64_t)i * (s->draft + 1);
-        int64_t nd = s->draft, room = (int64_t)sl->job->max_tokens - sl->job->n_gen - 1;
+        int64_t nd = sl->policy.pause > 0 ? 0 : s->draft, room = (int64_t)sl->job->max_tokens - sl->job->n_gen - 1;
         nd = nd < room ? nd : room;
         nd = nd < s->ctx - pos - 2 ? nd : s->ctx - pos - 2;
         nd = nd < dsv41_model_draft_size(s->model) ? nd : dsv41_model_draft_size(s->model);
         ids[0] = sl->next;
-        n[i] = 1 + (nd > 0 && !dsv41_session_draft(sl->session, sl->next, (int32_t)nd, ids + 1, NULL, NULL) ? (int32_t)nd : 0);
+        proposed[i] = nd > 0 && !dsv41_session_draft(sl->session, sl->next, (int32_t)nd, ids + 1, NULL, conf) ? (int32_t)nd : 0;
+        n[i] = 1 + (proposed[i] ? dsv41_draft_policy_cut(&sl->policy, conf, proposed[i]) : 0);
         r[i] = (round_ctx){s, sl, END_NONE};
         ctx[i] = &r[i];
         s->b_sess[i] = sl->session, s->b_ids[i] = ids;
@@ -390,6 +395,7 @@ static void spec_step(sched *s, int32_t count) {
         s->batched_tokens += (uint64_t)(kept[i] + 1);
         s->drafted += (uint64_t)(n[i] - 1), s->accepted += (uint64_t)kept[i];
         sl->job->n_drafted += n[i] - 1, sl->job->n_accepted += kept[i];
+        dsv41_draft_policy_record(&sl->policy, proposed[i], kept[i]);
         if (r[i].end != END_NONE) end_job(s, sl, r[i].end);
         else sl->picked = 1;
     }
@@ -398,6 +404,7 @@ static void spec_step(sched *s, int32_t count) {
     free(kept);
     free(r);
     free(ctx);
+    free(conf);
 }
 
 /* The step's batch call over b_*[0, count): cold is the slot of the cold prefill among them
@@ -569,7 +576,7 @@ static void free_slots(sched *s) {
 }
 
 sched *sched_start(dsv41_model *m, const dsv41_tokenizer *tk, int32_t n_slots, int32_t n_snaps, int32_t max_waiting,
-                   int32_t ctx, int32_t draft) {
+                   int32_t ctx, int32_t draft, dsv41_draft_policy policy) {
     sched *s = calloc(1, sizeof *s);
     if (!s) {
         fprintf(stderr, "dsv41: serve: out of memory\n");
@@ -583,6 +590,7 @@ sched *sched_start(dsv41_model *m, const dsv41_tokenizer *tk, int32_t n_slots, i
     s->unthink = dsv41_tokenizer_find(tk, "</think>");
     s->ctx = ctx;
     s->draft = draft;
+    s->policy = policy;
     s->n_slots = n_slots;
     s->n_snaps = n_snaps;
     s->max_waiting = max_waiting;

@@ -26,10 +26,10 @@ typedef struct sched sched;
 
 /* Starts the scheduler with n_slots sessions of m, each keeping up to n_snaps snapshots; ctx
  * bounds prompt plus reply; at most max_waiting requests wait for a slot; draft > 0 decodes
- * replies by speculative rounds of that many drafts (the same tokens). NULL with a message on
- * stderr on failure. */
+ * replies by speculative rounds of that many drafts (the same tokens), each reply beginning with
+ * policy. NULL with a message on stderr on failure. */
 sched *sched_start(dsv41_model *m, const dsv41_tokenizer *tk, int32_t n_slots, int32_t n_snaps, int32_t max_waiting,
-                   int32_t ctx, int32_t draft);
+                   int32_t ctx, int32_t draft, dsv41_draft_policy policy);
 /* Refuses new jobs from now on and cancels every queued and running one. */
 void sched_shutdown(sched *s);
 /* Shuts down, joins the thread and frees the slots (not the model or tokenizer). */

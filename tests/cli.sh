@@ -324,6 +324,13 @@ for dir in ds ds8; do
         [ -n "$want" ] && [ "$got" = "$want" ] && ok || bad "run -m $dir --draft $d: '$got', plain run: '$want'"
     done
 done
+# every draft verified (p 0; the loop above had the default 0.5) and a cut inside most blocks
+want=$("$dsv41" run -m "$tmp/ds" --ids 2,17,47,5,9,33,21,2,8,13 -n 44 2>/dev/null)
+for p in 0 0.6; do
+    got=$("$dsv41" run -m "$tmp/ds" --ids 2,17,47,5,9,33,21,2,8,13 -n 44 --draft 5 --draft-p-min $p 2>/dev/null)
+    [ -n "$want" ] && [ "$got" = "$want" ] && ok || bad "run --draft 5 --draft-p-min $p: '$got', plain run: '$want'"
+done
+for p in -0.1 1.5 x; do expect_error "run --draft-p-min $p" "$dsv41" run --ids 2 --draft 3 --draft-p-min "$p"; done
 [ "$("$dsv41" run --ids 2,17,47 -n 12 --draft 3 2>/dev/null)" = "$("$dsv41" run --ids 2,17,47 -n 12 2>/dev/null)" ] && ok ||
     bad "run --draft on a model without a drafter decodes plainly"
 # sampled (a seed, filters, a penalty): the same ids as plain sampled decoding with that seed
@@ -340,7 +347,7 @@ expect_error "run --draft 65" "$dsv41" run --ids 2 --draft 65
 out=$("$dsv41" bench -m "$tmp/ds" -t 1 --draft 3 --json 2>/dev/null)
 printf '%s' "$out" | python3 -c 'import json, sys; p = json.load(sys.stdin)["speculative"]
 sys.exit(not (p["draft"] == 3 and p["verify_rows_cost"] > 0 and p["drafter_cost"] > 0 and p["accept_all_tokens_per_s"] > 0
-              and p["speedup_accept_all"] > 0 and 0 <= p["own_acceptance"] <= 1))' &&
+              and p["speedup_accept_all"] > 0 and 0 <= p["own_acceptance"] <= 1 and p["own_policy_tokens_per_s"] > 0))' &&
     ok || bad "bench --draft 3 --json: '$out'"
 
 finish

@@ -110,7 +110,7 @@ static int speculate(dsv41_session *d, outcome *o) {
         memcpy(ids + 1, o->drafts, sizeof o->drafts);
         if ((o->kept = dsv41_session_verify(d, ids, NDRAFT + 1, NULL, NULL, NULL)) < 0) return -1;
     }
-    if ((o->nspec = dsv41_session_speculate(d, SEQ[PREFILL + 3], NDRAFT, NULL, NULL, o->spec, NULL)) < 0) return -1;
+    if ((o->nspec = dsv41_session_speculate(d, SEQ[PREFILL + 3], NDRAFT, NULL, NULL, NULL, o->spec, NULL)) < 0) return -1;
     memcpy(o->d, dsv41_session_logits(d), sizeof o->d);
     return 0;
 }

@@ -368,7 +368,7 @@ static void test_drafter(void) {
     int ra = dsv41_session_draft(a, 5, B, da, la, NULL), rb = dsv41_session_draft(b, 5, B, db, lb, NULL);
     CHECK(ra == 0 && rb == 0 && !memcmp(da, db, (size_t)B * sizeof *da) && !memcmp(la, lb, (size_t)B * V * sizeof *la),
           "the loaded session drafts the saved one's block, ids and logits bit for bit");
-    int32_t na = dsv41_session_speculate(a, 5, 3, NULL, NULL, oa, NULL), nb = dsv41_session_speculate(b, 5, 3, NULL, NULL, ob, NULL);
+    int32_t na = dsv41_session_speculate(a, 5, 3, NULL, NULL, NULL, oa, NULL), nb = dsv41_session_speculate(b, 5, 3, NULL, NULL, NULL, ob, NULL);
     CHECK(na > 0 && na == nb && !memcmp(oa, ob, (size_t)na * sizeof *oa) && same_view(a, b, V), "and speculates alike");
     size_t n = 0;
     char err[256];

@@ -13,6 +13,7 @@
  * index-key cache, the Engram history, the logits, the drafter's next block. The same with
  * every mode in its own session and a decoding one, all verified by one batch call a round.
  * Then the same at every kernel set and thread count. */
+#include <math.h>
 #include <string.h>
 
 #include "filler.h"
@@ -250,6 +251,76 @@ static int last_cuts(const dsv41_model *m) {
     return ok;
 }
 
+/* The policy's rules against values worked out by hand: the confident prefix (sigmoid(c) under
+ * p_min ends it; exactly p_min does not; a NaN does), and the pause after fewer than 6 kept of
+ * the latest 10 proposed drafts, 64 plain tokens long, counted afresh after it. */
+static int policy_rules(void) {
+    const float c[4] = {2.0f, 0.5f, -0.1f, 3.0f}, zero[2] = {0.0f, -1.0f}, nan[2] = {NAN, 5.0f}; /* sigmoids .881 .622 .475 .953 */
+    dsv41_draft_policy p = dsv41_draft_policy_default(), q = {.p_min = 0.0f}, r = {.p_min = 0.7f};
+    int ok = p.p_min == 0.5f && p.pause == 0 && dsv41_draft_policy_cut(&p, c, 4) == 2 && dsv41_draft_policy_cut(&q, c, 4) == 4 &&
+             dsv41_draft_policy_cut(&r, c, 4) == 1 && dsv41_draft_policy_cut(&p, zero, 2) == 1 && dsv41_draft_policy_cut(&q, nan, 2) == 0;
+    dsv41_draft_policy_record(&p, 5, 5);
+    ok = ok && p.pause == 0;
+    dsv41_draft_policy_record(&p, 5, 0); /* 5 of the latest 10 kept */
+    ok = ok && p.pause == 64;
+    for (int i = 0; i < 63; i++) dsv41_draft_policy_record(&p, 0, 0);
+    ok = ok && p.pause == 1;
+    dsv41_draft_policy_record(&p, 0, 0);
+    dsv41_draft_policy_record(&p, 5, 0); /* afresh: 5 proposed are too few to judge */
+    ok = ok && p.pause == 0;
+    dsv41_draft_policy_record(&p, 5, 3); /* the latest 10: 3 of 5 after none of 5 */
+    ok = ok && p.pause == 64;
+    for (int i = 0; i < 64; i++) dsv41_draft_policy_record(&p, 0, 0);
+    dsv41_draft_policy_record(&p, 5, 3);
+    dsv41_draft_policy_record(&p, 5, 5);
+    dsv41_draft_policy_record(&p, 2, 1); /* the latest 10: the last 3 of the first 5 (1, 0, 0), then 5 of 5, 1 of 2: 7 */
+    ok = ok && p.pause == 0;
+    dsv41_draft_policy_record(&p, 4, 0); /* the last 4 of the 5 (all kept), 1 of 2, 0 of 4: 5 */
+    return ok && p.pause == 64 && p.p_min == 0.5f;
+}
+
+/* dsv41_session_speculate with a policy, greedy or sampled, on the drafter's own drafts: the
+ * tokens of one-token decoding, each round verifying the drafts before the first whose
+ * confidence (from dsv41_session_draft, its sigmoid computed here) is under p_min (0.6: on this
+ * model's filler weights some blocks are cut at their first draft, some inside, some not at
+ * all, and all three must occur), and no draft while the policy pauses. fresh starts each round
+ * with a new policy (the cut alone); otherwise one policy runs the reply and its pauses must
+ * come. Returns the failures. */
+static int policy_speculate(const dsv41_model *m, int sampled, int fresh) {
+    int32_t V = dsv41_model_vocab_size(m), np = 9, n = 50, prompt[16], seq[64], out[64], got[8], e = 0, drafted, seen[3] = {0};
+    const float p_min = 0.6f;
+    prompt_ids(prompt, np, V);
+    dsv41_sampler *ref = sampled ? dsv41_sampler_new(&SAMPLED, V) : NULL, *smp = sampled ? dsv41_sampler_new(&SAMPLED, V) : NULL;
+    sequential(m, ref, prompt, np, n, seq);
+    dsv41_session *s = dsv41_session_new(m);
+    float lg[256], conf[8];
+    dsv41_session_forward(s, prompt, np, lg, NULL);
+    out[e++] = pick(smp, lg, prompt, np, V);
+    dsv41_draft_policy pol = {.p_min = p_min};
+    int fails = 0, paused = 0;
+    while (e < n && !fails) {
+        int32_t k = n - e - 1 < 5 ? n - e - 1 : 5, ids[8], want = 0;
+        if (fresh) pol = (dsv41_draft_policy){.p_min = p_min};
+        int pause = pol.pause > 0;
+        if (!pause && k > 0 && dsv41_session_draft(s, out[e - 1], k, ids, NULL, conf) == 0)
+            while (want < k && 1.0 / (1.0 + exp(-(double)conf[want])) >= p_min) want++;
+        int32_t r = dsv41_session_speculate(s, out[e - 1], k, &pol, sampled ? dsv41_sample_pick : NULL, smp, got, &drafted);
+        if (r < 1 || drafted != want || (pause && r != 1)) fails++;
+        seen[want == 0 ? 0 : want < k ? 1 : 2] += !pause && k == 5;
+        paused += pause;
+        for (int32_t i = 0; i < r && e < n; i++) out[e++] = got[i];
+    }
+    if (memcmp(out, seq, (size_t)n * sizeof *out)) fails++;
+    if (fresh ? !seen[0] || !seen[1] || !seen[2] || paused : !paused) fails++;
+    if (fails)
+        fprintf(stderr, "policy%s%s: cuts at 0 / inside / none %d %d %d, %d paused, %d failures\n", sampled ? " sampled" : "",
+                fresh ? " (fresh each round)" : "", seen[0], seen[1], seen[2], paused, fails);
+    dsv41_session_free(s);
+    dsv41_sampler_free(ref);
+    dsv41_sampler_free(smp);
+    return fails;
+}
+
 int main(void) {
     dsv41_model *tiny = dsv41_model_builtin(), *dm = model_from_config_file("models/tiny_dspark.json");
     CHECK(tiny && dm, "the models load");
@@ -263,6 +334,11 @@ int main(void) {
           "one batch verify a round for 5 modes and a decoding session: each emits its greedy ids");
     CHECK(batch_sweep(dm, 1, 3) == 0, "the same sampled: each emits its sequential draws");
     CHECK(last_cuts(dm), "a pick that ends the reply ends the block: the drafts after it are not fed");
+    CHECK(policy_rules(), "the draft policy: the confident prefix and the pause, by hand");
+    CHECK(policy_speculate(dm, 0, 1) == 0 && policy_speculate(dm, 1, 1) == 0,
+          "speculate verifies the confident prefix only (cut at the first draft, inside, none): the greedy and sampled ids");
+    CHECK(policy_speculate(dm, 0, 0) == 0 && policy_speculate(dm, 1, 0) == 0,
+          "a reply's policy pauses drafting when few drafts are kept: the greedy and sampled ids");
 
     const char *sets[8];
     int32_t ns = dsv41_kernel_sets(sets, 8);

@@ -245,20 +245,24 @@ int dsv41_batch_verify(dsv41_session *const *s, const int32_t *const *ids, const
     return 0;
 }
 
-int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draft, dsv41_pick_fn pick, void *ctx, int32_t *out,
-                                int32_t *drafted) {
+int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draft, dsv41_draft_policy *policy, dsv41_pick_fn pick,
+                                void *ctx, int32_t *out, int32_t *drafted) {
     const config *c = &s->m->cfg;
-    int32_t B = dsv41_model_draft_size(s->m), ids[MAX_LAYERS], n = n_draft < B ? n_draft : B, next = -1;
+    int32_t B = dsv41_model_draft_size(s->m), ids[MAX_LAYERS], n = n_draft < B ? n_draft : B, next = -1, proposed = 0;
+    float conf[MAX_LAYERS];
     if (n_draft < 0) return set_error("speculate: %d drafts", n_draft);
     if (n > c->window_size - 1) n = c->window_size - 1;
+    if (policy && policy->pause > 0) n = 0;
     ids[0] = anchor;
     int32_t pos = s->pos, m = -1;
-    if (n > 0) {
-        if (dsv41_session_draft(s, anchor, n, ids + 1, NULL, NULL) == 0) m = dsv41_session_verify(s, ids, n + 1, pick, ctx, &next);
-        /* a draft or verify that ran out of memory emptied s; a pick that failed after the verify moved it */
-        if (m < 0 && s->pos != pos) return -1;
+    if (n > 0 && dsv41_session_draft(s, anchor, n, ids + 1, NULL, conf) == 0) {
+        int32_t k = policy ? dsv41_draft_policy_cut(policy, conf, n) : n;
+        if (k == 0 || (m = dsv41_session_verify(s, ids, k + 1, pick, ctx, &next)) >= 0) proposed = n; /* judged: cut or verified */
+        n = k;
     }
-    if (m < 0) { /* no block here (the first step after a prefill, the end of the context): one token */
+    /* a draft or verify that ran out of memory emptied s; a pick that failed after the verify moved it */
+    if (m < 0 && s->pos != pos) return -1;
+    if (m < 0) { /* no block here (the first step after a prefill, the end of the context, a pause): one token */
         if (dsv41_session_forward(s, &anchor, 1, s->logits, NULL)) return -1;
         float *row = pick ? malloc((size_t)c->vocab_size * sizeof *row) : NULL;
         int last = 0;
@@ -268,6 +272,7 @@ int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draf
         m = 0;
         n = 0;
     }
+    if (policy) dsv41_draft_policy_record(policy, proposed, m);
     if (drafted) *drafted = n;
     memcpy(out, ids + 1, (size_t)m * sizeof *out);
     out[m] = next;

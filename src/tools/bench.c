@@ -511,7 +511,7 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, int32_t
     kernel_timing kt[2];
     int nkt = 0;
     double int8 = 0;
-    spec_timing sp = {0, 0, 0, 0, 0};
+    spec_timing sp = {0, 0, 0, 0, 0, 0};
     int32_t counts[2] = {1, threads};
     for (int pass = threads > 1 ? 0 : 1; pass < 2; pass++) {
         if (dsv41_set_threads(counts[pass])) return -1;
@@ -561,9 +561,11 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, int32_t
         if (pass == 1) print_kernels(kt, nkt, int8, 0, out);
         if (sp.row_s > 0)
             fprintf(out, "  speculative, %d drafts: verify of %d rows %.2fx one decode step, draft %.2fx; all accepted "
-                         "%.1f tok/s (%.2fx); own drafter %.1f tok/s, %.0f%% of drafts kept\n", draft, draft + 1,
+                         "%.1f tok/s (%.2fx); own drafter %.1f tok/s, %.0f%% of drafts kept, %.1f tok/s with its "
+                         "confidence cut and pauses (plain decoding %.1f)\n", draft, draft + 1,
                     sp.verify_s / sp.row_s, sp.draft_s / sp.row_s, (draft + 1) / (sp.verify_s + sp.draft_s),
-                    (draft + 1) * sp.row_s / (sp.verify_s + sp.draft_s), sp.own_tok_s, 100.0 * sp.own_accept);
+                    (draft + 1) * sp.row_s / (sp.verify_s + sp.draft_s), sp.own_tok_s, 100.0 * sp.own_accept, sp.policy_tok_s,
+                    1.0 / sp.row_s);
         fflush(out);
     }
     double rss = machine_peak_rss();
@@ -581,9 +583,9 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, int32_t
     if (json && draft > 0)
         fprintf(out, "\"speculative\": {\"draft\": %d, \"verify_rows_cost\": %.4f, \"drafter_cost\": %.4f, "
                      "\"accept_all_tokens_per_s\": %.3f, \"speedup_accept_all\": %.4f, \"own_acceptance\": %.4f, "
-                     "\"own_tokens_per_s\": %.3f, \"decode_step_s\": %.9f}, ", draft, sp.verify_s / sp.row_s,
-                sp.draft_s / sp.row_s, (draft + 1) / (sp.verify_s + sp.draft_s),
-                (draft + 1) * sp.row_s / (sp.verify_s + sp.draft_s), sp.own_accept, sp.own_tok_s, sp.row_s);
+                     "\"own_tokens_per_s\": %.3f, \"own_policy_tokens_per_s\": %.3f, \"decode_step_s\": %.9f}, ", draft,
+                sp.verify_s / sp.row_s, sp.draft_s / sp.row_s, (draft + 1) / (sp.verify_s + sp.draft_s),
+                (draft + 1) * sp.row_s / (sp.verify_s + sp.draft_s), sp.own_accept, sp.own_tok_s, sp.policy_tok_s, sp.row_s);
     if (json)
         fprintf(out,
                 "\"decode\": {\"tokens_per_s\": %.3f, \"bytes_per_token\": %.0f, \"effective_gbps\": %.3f, "

@@ -3,7 +3,9 @@
  * Three things, after the same 16-token prompt: one-token decode steps (the greedy continuation,
  * which the other runs reuse), verifies of draft+1 rows whose drafts are that continuation (so
  * every draft is accepted: the upper bound of a perfect drafter), and the model's own drafter
- * proposing and the verify judging. Each is timed as the mean over its rounds, best of two
+ * proposing and the verify judging: every draft, and with the default policy as `--draft N`
+ * decodes (its confidence cut and pauses: POLICY_TOKENS spans two pauses of 64 tokens and the
+ * rounds that start them, so a drafter whose drafts are not kept shows what it costs). Each is timed as the mean over its rounds, best of two
  * runs, so a moment of another tenant on a shared host does not decide a figure. */
 #include <math.h>
 #include <stdlib.h>
@@ -12,6 +14,8 @@
 #include "bench_spec.h"
 #include "machine.h"
 #include "numerics.h"
+
+enum { POLICY_TOKENS = 160 };
 
 /* a session after the prompt, its first pick in *first */
 static dsv41_session *start(const dsv41_model *m, const int32_t *prompt, int32_t n, float *logits, int32_t *first) {
@@ -22,6 +26,29 @@ static dsv41_session *start(const dsv41_model *m, const int32_t *prompt, int32_t
     }
     *first = argmax_f32(logits, m->cfg.vocab_size);
     return s;
+}
+
+/* The model's own drafter decoding n greedy tokens after the prompt by speculative rounds of
+ * `draft` drafts with policy (NULL: every draft verified, never a pause): its tokens per second
+ * into *tok_s (keeping the faster) and the share of the verified drafts kept into *accept. */
+static int own_run(const dsv41_model *m, int32_t draft, const int32_t *prompt, int32_t np, int32_t n, dsv41_draft_policy *policy,
+                   float *logits, double *tok_s, double *accept) {
+    int32_t anchor, out[72], made = 0, tried = 0, kept = 0, drafted;
+    dsv41_session *s = start(m, prompt, np, logits, &anchor);
+    if (!s) return -1;
+    double t0 = machine_now_s();
+    while (made < n) { /* the first block waits for one decoded token, as the release's does */
+        int32_t got = dsv41_session_speculate(s, anchor, draft, policy, NULL, NULL, out, &drafted);
+        if (got < 0) { dsv41_session_free(s); return -1; }
+        tried += drafted;
+        kept += got - 1;
+        made += got;
+        anchor = out[got - 1];
+    }
+    *tok_s = fmax(*tok_s, made / (machine_now_s() - t0));
+    *accept = tried ? (double)kept / tried : 0.0;
+    dsv41_session_free(s);
+    return 0;
 }
 
 /* One run of each kind into r (keeping the faster figures); seq [rounds*(draft+1)+1]. */
@@ -63,23 +90,12 @@ static int bench_run(const dsv41_model *m, int32_t draft, const int32_t *prompt,
     dsv41_session_free(s);
 
     if (!m->draft) return 0;
-    if (!(s = start(m, prompt, np, logits, &ids[0]))) return -1;
-    int32_t made = 0, tried = 0, kept = 0;
-    t0 = machine_now_s();
-    while (made < len - 1) { /* the first block waits for one decoded token, as the release's does */
-        int32_t k = draft < m->cfg.dspark_block_size ? draft : m->cfg.dspark_block_size;
-        if (dsv41_session_draft(s, ids[0], k, ids + 1, NULL, NULL)) k = 0;
-        int32_t got = k ? dsv41_session_verify(s, ids, k + 1, NULL, NULL, NULL) : dsv41_session_forward(s, ids, 1, NULL, NULL);
-        if (got < 0) { dsv41_session_free(s); return -1; }
-        tried += k;
-        kept += k ? got : 0;
-        made += (k ? got : 0) + 1;
-        ids[0] = argmax_f32(dsv41_session_logits(s), V);
-    }
-    double dt = machine_now_s() - t0;
-    r->own_tok_s = fmax(r->own_tok_s, made / dt);
-    r->own_accept = tried ? (double)kept / tried : 0.0;
-    dsv41_session_free(s);
+    double accept;
+    dsv41_draft_policy policy = dsv41_draft_policy_default();
+    int32_t room = m->cfg.max_seq_len - np - 1; /* a round at the end of the context is a plain step */
+    if (own_run(m, draft, prompt, np, len - 1, NULL, logits, &r->own_tok_s, &r->own_accept) ||
+        own_run(m, draft, prompt, np, POLICY_TOKENS < room ? POLICY_TOKENS : room, &policy, logits, &r->policy_tok_s, &accept))
+        return -1;
     return 0;
 }
 
@@ -89,7 +105,7 @@ int bench_speculative(const dsv41_model *m, int32_t draft, spec_timing *r) {
     if (rounds > 8) rounds = 8;
     if (draft < 1 || draft > 64 || n > c->window_size || rounds < 1)
         return set_error("bench: --draft %d does not fit this model (window %d, context %d)", draft, c->window_size, c->max_seq_len);
-    *r = (spec_timing){1e30, 1e30, 1e30, 0, 0};
+    *r = (spec_timing){1e30, 1e30, 1e30, 0, 0, 0};
     int32_t *prompt = malloc((size_t)np * sizeof *prompt), *seq = malloc((size_t)(rounds * n + 1) * sizeof *seq);
     float *logits = malloc((size_t)c->vocab_size * sizeof *logits);
     int rc = prompt && seq && logits ? 0 : set_error("bench: out of memory");
