@@ -4,7 +4,8 @@
 # keys); a plain server and one with --draft 3, two slots each, answer the same requests (greedy
 # ones, sent to the drafting server at once so that its slots decode side by side, and a sampled
 # one with a seed): the same texts. The drafting server's replies and /metrics count the drafts
-# its verifies checked and kept; the plain server's count none. Prints "N passed, N failed".
+# its verifies checked and kept; the plain server's count none. Then a model of all-zero weights,
+# whose drafts are all kept, through the drafting server. Prints "N passed, N failed".
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 
@@ -56,4 +57,32 @@ val() { sed -n "s/^$1 //p" "$tmp/$2.metrics"; }
 [ "$(val dsv41_draft_tokens_total plain)" = 0 ] && [ "$(val dsv41_draft_tokens_total draft)" -gt 0 ] &&
     [ "$(val dsv41_draft_accepted_tokens_total draft)" -le "$(val dsv41_draft_tokens_total draft)" ] && ok ||
     bad "/metrics counts the drafts: $(grep draft "$tmp/draft.metrics" | grep -v '^#')"
+
+# Drafts the verify keeps. A model whose weights are all zero (synth --skeleton: every data region
+# a hole) has all-zero logits, so decoding and the drafter both pick id 0 every time (the first of
+# equal logits) and every draft is kept: replies of many tokens a forward, cut by max_tokens inside
+# a block, two slots verifying side by side in one batch, and a stream.
+z=$tmp/zero
+$dsv41 synth --skeleton --config "$tmp/draft.json" -o "$z" >/dev/null && cp "$m/tokenizer.json" "$z/" && ok || bad "synth the all-zero model"
+m=$z
+start zero -np 2 --draft 3 || { finish; exit 1; }
+comp() { printf '{"model":"m","prompt":[5,6,7],"temperature":0,"max_tokens":%d%s}' "$1" "$2"; }
+curl -s -o "$tmp/z.a" --data-binary "$(comp 10)" "http://127.0.0.1:$port/v1/completions" & a=$!
+curl -s -o "$tmp/z.b" --data-binary "$(comp 7)" "http://127.0.0.1:$port/v1/completions" & b=$!
+wait $a $b
+curl -s -o "$tmp/z.s" --data-binary "$(comp 9 ',"stream":true,"stream_options":{"include_usage":true}')" "http://127.0.0.1:$port/v1/completions"
+python3 - "$tmp" <<'PY' && ok || bad "all-zero model with --draft 3: $(head -c 300 "$tmp/z.a") $(tail -c 300 "$tmp/z.s")"
+import json, sys
+d = sys.argv[1]
+for f, n in (("z.a", 10), ("z.b", 7)):
+    r = json.load(open(d + "/" + f))
+    assert r["usage"]["completion_tokens"] == n and r["choices"][0]["finish_reason"] == "length", r
+    t = r["timings"]
+    assert t["draft_n_accepted"] == t["draft_n"] > 0, t  # every draft kept, several tokens a forward
+    assert n - 1 - t["draft_n_accepted"] < n // 2, t
+ev = [json.loads(l[6:]) for l in open(d + "/z.s") if l.startswith("data: {")]
+assert ev[-1]["usage"]["completion_tokens"] == 9, ev[-1]
+assert [c["finish_reason"] for e in ev for c in e["choices"] if c["finish_reason"]] == ["length"], ev
+PY
+stop
 finish
