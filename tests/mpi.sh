@@ -3,7 +3,8 @@
 # single process's tokens, every rank reads only its own experts, Engram rows and head rows
 # (the other ranks' are corrupted in its copy of the checkpoint, and the tokens must not
 # change; corrupting its own must change them), speculative decoding (--draft) emits the single
-# process's tokens, and a rank that cannot load the model, loads another one or dies ends the
+# process's tokens, serve answers one slot's requests (prompt cache, reset, slot files) with one
+# process's replies, and a rank that cannot load the model, loads another one or dies ends the
 # whole job with an error instead of a hang.
 # Needs ./dsv41, ./dsv41-mpi and build/mpi_draft (make test-mpi builds them) and Open MPI's mpirun. Prints "N passed, N failed".
 . "$(dirname "$0")/lib.sh"
@@ -48,13 +49,14 @@ ranks=$(mpi -np 2 ./dsv41-mpi chat -m "$tmp/chat" -n 10 --temp 0 -t 1 <"$tmp/tur
 
 # serve on 2 ranks with one slot answers request after request as one process does: a cold
 # prompt, a prompt extending it (its tokens cached), the first prompt again (copied back from the
-# prompt cache's snapshot), another prompt (the session reset), a slot saved, changed, restored and
-# extended. served NAME CMD...: the server CMD's replies in $tmp/NAME.1 to $tmp/NAME.8 (shell
-# only: a python start takes a second on a busy host)
+# prompt cache's snapshot), another prompt (the session reset), a slot saved, a damaged file refused
+# (by rank 0 before any op: the job goes on), the slot changed, restored and extended.
+# served NAME CMD...: the server CMD's replies in $tmp/NAME.1 to $tmp/NAME.9 (shell only: a
+# python start takes a second on a busy host)
 served() {
     name=$1 i=0; shift
-    rm -rf "$tmp/$name.slots"; mkdir -p "$tmp/$name.slots"
-    timeout 120 "$@" serve -m "$tmp/chat" --port 0 -t 1 -np 1 --slot-save-path "$tmp/$name.slots" 2>"$tmp/$name.log" &
+    rm -rf "$tmp/slots"; mkdir -p "$tmp/slots"; echo damaged >"$tmp/slots/bad.slot"
+    timeout 120 "$@" serve -m "$tmp/chat" --port 0 -t 1 -np 1 --slot-save-path "$tmp/slots" 2>"$tmp/$name.log" &
     pid=$! port=
     for _ in $(seq 600); do
         port=$(sed -n 's|^dsv41 serve: .* on http://127.0.0.1:\([0-9]*\) .*|\1|p' "$tmp/$name.log")
@@ -71,6 +73,7 @@ served() {
     complete "$P"
     complete "$Q"; qext=$(plus "$Q")
     post '/slots/0?action=save' '{"filename":"s.slot"}'
+    post '/slots/0?action=restore' '{"filename":"bad.slot"}'
     complete "$ext"
     post '/slots/0?action=restore' '{"filename":"s.slot"}'
     complete "$qext"
@@ -82,7 +85,7 @@ python3 - "$tmp" <<'PY' && ok || bad "serve on 2 ranks: $(head -c 300 "$tmp/rank
 import json, sys
 def replies(name):
     out = []
-    for i in range(1, 9):
+    for i in range(1, 10):
         try:
             r = json.load(open("%s/%s.%d" % (sys.argv[1], name, i), encoding="utf-8"))
         except Exception as e:
