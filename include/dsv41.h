@@ -228,7 +228,7 @@ void dsv41_session_cancel(dsv41_session *s);
  * (rounded down to a multiple of the compress ratios), so that beyond the weights and the
  * caches it holds only its residual stream and a working set of `rows` rows. The results are
  * the same bit for bit at any setting; fewer rows take less memory and, below a few hundred,
- * more time. Not on a model split over ranks. 0, or -1 for rows < 1. */
+ * more time. 0, or -1 for rows < 1. */
 int dsv41_session_set_prefill_rows(dsv41_session *s, int32_t rows);
 
 /* ---- sampling */

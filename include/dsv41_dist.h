@@ -18,11 +18,12 @@ extern "C" {
 /* ---- distribution: one model split across the ranks of a job (expert parallel)
  *
  * With a transport set (dsv41-mpi sets one over MPI), rank 0 leads: every model it loads,
- * session it opens or frees and forward it runs is repeated by the other ranks, which sit in
- * dsv41_follow() until rank 0 calls dsv41_dist_end(). A model loaded this way keeps only its
- * rank's share of the routed experts, Engram table rows and head rows in use; attention, the
- * dense projections and the shared expert run on every rank. Results are bit-identical to one
- * process: partial outputs travel whole and are added in the single process's order. */
+ * session it opens, frees, empties, copies or loads and forward it runs is repeated by the
+ * other ranks, which sit in dsv41_follow() until rank 0 calls dsv41_dist_end(). A model loaded
+ * this way keeps only its rank's share of the routed experts, Engram table rows and head rows
+ * in use; attention, the dense projections and the shared expert run on every rank. Results
+ * are bit-identical to one process: partial outputs travel whole and are added in the single
+ * process's order. */
 typedef struct {
     int32_t rank, n_ranks;  /* this process, of n_ranks >= 1 */
     void *ctx;              /* passed to the calls below */

@@ -3,7 +3,8 @@
 # single process's tokens, every rank reads only its own experts, Engram rows and head rows
 # (the other ranks' are corrupted in its copy of the checkpoint, and the tokens must not
 # change; corrupting its own must change them), speculative decoding (--draft) emits the single
-# process's tokens, and a rank that cannot load the model, loads another one or dies ends the
+# process's tokens, serve answers one slot's requests (prompt cache, reset, slot files) with one
+# process's replies, and a rank that cannot load the model, loads another one or dies ends the
 # whole job with an error instead of a hang.
 # Needs ./dsv41, ./dsv41-mpi and build/mpi_draft (make test-mpi builds them) and Open MPI's mpirun. Prints "N passed, N failed".
 . "$(dirname "$0")/lib.sh"
@@ -45,6 +46,60 @@ printf 'hello\nhow are you\n/reset\nand again\n/quit\n' >"$tmp/turns"
 single=$(./dsv41 chat -m "$tmp/chat" -n 10 --temp 0 -t 1 <"$tmp/turns" 2>/dev/null)
 ranks=$(mpi -np 2 ./dsv41-mpi chat -m "$tmp/chat" -n 10 --temp 0 -t 1 <"$tmp/turns" 2>/dev/null)
 [ -n "$single" ] && [ "$ranks" = "$single" ] && ok || bad "chat on 2 ranks: '$ranks', one process: '$single'"
+
+# serve on 2 ranks with one slot answers request after request as one process does: a cold
+# prompt, a prompt extending it (its tokens cached), the first prompt again (copied back from the
+# prompt cache's snapshot), another prompt (the session reset), a slot saved, a damaged file refused
+# (by rank 0 before any op: the job goes on), the slot changed, restored and extended.
+# served NAME CMD...: the server CMD's replies in $tmp/NAME.1 to $tmp/NAME.9 (shell only: a
+# python start takes a second on a busy host)
+served() {
+    name=$1 i=0; shift
+    rm -rf "$tmp/slots"; mkdir -p "$tmp/slots"; echo damaged >"$tmp/slots/bad.slot"
+    timeout 120 "$@" serve -m "$tmp/chat" --port 0 -t 1 -np 1 --slot-save-path "$tmp/slots" 2>"$tmp/$name.log" &
+    pid=$! port=
+    for _ in $(seq 600); do
+        port=$(sed -n 's|^dsv41 serve: .* on http://127.0.0.1:\([0-9]*\) .*|\1|p' "$tmp/$name.log")
+        [ -n "$port" ] || ! kill -0 $pid 2>/dev/null && break
+        sleep 0.1
+    done
+    post() { i=$((i + 1)); curl -s -m 60 -o "$tmp/$name.$i" "http://127.0.0.1:$port$1" --data-binary "$2" -H 'Content-Type: application/json'; }
+    complete() { post /v1/completions "{\"prompt\":$1,\"max_tokens\":8,\"temperature\":0,\"return_tokens\":true}"; }
+    # plus IDS: IDS, the last reply's tokens and 3 more
+    plus() { echo "${1%]},$(sed -n 's/.*"tokens":\[\([^]]*\)\].*/\1/p' "$tmp/$name.$i"),40,41,42]"; }
+    P="[$ids]" Q='[72, 101, 108, 108, 111]' # Q's reply holds only ids of the tokenizer
+    complete "$P"; ext=$(plus "$P")
+    complete "$ext"
+    complete "$P"
+    complete "$Q"; qext=$(plus "$Q")
+    post '/slots/0?action=save' '{"filename":"s.slot"}'
+    post '/slots/0?action=restore' '{"filename":"bad.slot"}'
+    complete "$ext"
+    post '/slots/0?action=restore' '{"filename":"s.slot"}'
+    complete "$qext"
+    kill -TERM $pid; wait $pid
+}
+served one ./dsv41
+served ranks mpirun --oversubscribe -np 2 ./dsv41-mpi
+python3 - "$tmp" <<'PY' && ok || bad "serve on 2 ranks: $(head -c 300 "$tmp/ranks.log")"
+import json, sys
+def replies(name):
+    out = []
+    for i in range(1, 10):
+        try:
+            r = json.load(open("%s/%s.%d" % (sys.argv[1], name, i), encoding="utf-8"))
+        except Exception as e:
+            r = "no reply: %s" % e
+        if isinstance(r, dict): r.pop("timings", None)
+        out.append(r)
+    return out
+one, ranks = replies("one"), replies("ranks")
+cached = [r["usage"]["prompt_tokens_details"]["cached_tokens"] for r in one if "usage" in r]
+assert cached == [0, 37, 30, 0, 41, 12], "one process: cached tokens %s, want [0, 37, 30, 0, 41, 12]" % cached
+for i, (a, b) in enumerate(zip(one, ranks)):
+    if "id" in a: a.pop("id"), b.pop("id", None); a.pop("created"), b.pop("created", None)
+    assert a == b, "reply %d: one process %s, 2 ranks %s" % (i + 1, json.dumps(a)[:300], json.dumps(b)[:300])
+PY
 
 # speculative decoding, on the tiny model with DSpark stages: --draft 3 on ranks prints the ids of
 # one process without drafts (greedy, and sampled with a seed), and the leader alone prints the

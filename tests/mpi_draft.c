@@ -7,7 +7,8 @@
  * rank 0, every session's drafts with a digest of the bits of their logits and confidence,
  * and what its verify kept: mpi.sh compares these lines between the ranks' run and one
  * process's. The program checks itself that every verify keeps exactly the drafts equal to
- * greedy decoding's tokens and picks the token after them. Exits 1 on a failed check. */
+ * greedy decoding's tokens and picks the token after them. Then the sessions are reset,
+ * copied, saved and loaded (reshape) and decode a token each. Exits 1 on a failed check. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,35 @@ static int decode(dsv41_model *m, const int32_t *prompt, int32_t *cont, float *l
     }
     dsv41_session_free(s);
     return rc;
+}
+
+/* Then the calls that change a session without a forward, which the other ranks repeat: s[0]
+ * emptied and fed the prompt 5 rows at a time, s[1] made a copy of it, s[2] fed its next token
+ * (at[i]: s[i]'s next token in cont), saved to a file, emptied and loaded back; then one greedy
+ * decode step each.
+ * Prints their logits' digests; each step must pick greedy decoding's next token, and the copy
+ * must give its source's bits. */
+static int reshape(const char *dir, dsv41_session **s, const int32_t *prompt, const int32_t *cont, const int32_t *at, float *lg,
+                   int32_t V) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s.session", dir);
+    if (dsv41_session_reset(s[0]) || dsv41_session_set_prefill_rows(s[0], 5) ||
+        dsv41_session_forward(s[0], prompt, PROMPT, NULL, NULL) || dsv41_session_copy(s[1], s[0]) ||
+        dsv41_session_forward(s[2], &cont[at[2]], 1, NULL, NULL) || dsv41_session_save(s[2], path) ||
+        dsv41_session_reset(s[2]) || dsv41_session_load(s[2], path))
+        return remove(path), -1;
+    remove(path);
+    unsigned long long sum[SESSIONS];
+    int bad = 0;
+    for (int i = 0; i < SESSIONS; i++) {
+        int32_t next = i < 2 ? 0 : at[i] + 1;
+        if (dsv41_session_forward(s[i], &cont[next], 1, lg, NULL)) return -1;
+        sum[i] = digest(lg, (size_t)V * sizeof *lg);
+        printf("reshaped session %d at %d logits %016llx\n", i, dsv41_session_pos(s[i]), sum[i]);
+        bad |= argmax(lg, V) != cont[next + 1];
+    }
+    if (bad || sum[1] != sum[0]) fprintf(stderr, "mpi_draft: a reset, copied or loaded session decodes otherwise than greedy decoding\n");
+    return bad || sum[1] != sum[0];
 }
 
 static int lead(const char *dir) {
@@ -87,7 +117,8 @@ static int lead(const char *dir) {
             at[i] += kept[i] + 1;
         }
     }
-    if (rc) fprintf(stderr, "mpi_draft: %s\n", dsv41_error());
+    if (rc == 0 && !bad) bad = reshape(dir, s, prompt, cont, at, lg, V);
+    if (rc || bad < 0) fprintf(stderr, "mpi_draft: %s\n", dsv41_error());
     for (int i = 0; i < SESSIONS; i++) dsv41_session_free(s[i]);
     dsv41_model_free(m);
     free(lg);

@@ -15,6 +15,7 @@
 
 #include "dspark.h"
 #include "files.h"
+#include "lead.h"
 #include "model.h"
 #include "numerics.h"
 
@@ -344,7 +345,6 @@ static int write_file(const dsv41_session *s, FILE *f, const void *data, size_t 
 }
 
 int dsv41_session_save_data(const dsv41_session *s, const char *path, const void *data, size_t n) {
-    if (s->m->part.n_ranks > 1) return set_error("session: save is not supported on a model split over ranks");
     if (!path || !*path) return set_error("session: save needs a path");
     size_t len = strlen(path);
     char *tmp = malloc(len + 16), *dir = malloc(len + 1);
@@ -425,13 +425,7 @@ static int check_topk(const dsv41_session *s, const counts *k, const uint8_t *p)
     return 0;
 }
 
-int dsv41_session_load_data(dsv41_session *s, const char *path, void **data, size_t *data_n) {
-    if (s->m->part.n_ranks > 1) return set_error("session: load is not supported on a model split over ranks");
-    if (!path || !*path) return set_error("session: load needs a path");
-    char err[512];
-    size_t n = 0;
-    uint8_t *buf = (uint8_t *)file_read_all(path, &n, err, sizeof err);
-    if (!buf) return set_error("session: %s", err);
+int session_file_load(dsv41_session *s, const char *path, const uint8_t *buf, size_t n, void **data, size_t *data_n) {
     int rc = -1;
     counts k;
     stream st = {.p = buf, .n = n > 8 ? n - 8 : 0};
@@ -503,6 +497,19 @@ int dsv41_session_load_data(dsv41_session *s, const char *path, void **data, siz
     rc = 0;
 out:
     free(copy);
+    return rc;
+}
+
+/* The leader of a split model sends the file's bytes, not its path: the other ranks may be
+ * on machines that do not see the file. */
+int dsv41_session_load_data(dsv41_session *s, const char *path, void **data, size_t *data_n) {
+    if (!path || !*path) return set_error("session: load needs a path");
+    char err[512];
+    size_t n = 0;
+    uint8_t *buf = (uint8_t *)file_read_all(path, &n, err, sizeof err);
+    if (!buf) return set_error("session: %s", err);
+    int rc = session_file_load(s, path, buf, n, data, data_n);
+    if (rc == 0) lead_session_load(s, buf, n);
     free(buf);
     return rc;
 }

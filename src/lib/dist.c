@@ -269,8 +269,34 @@ static void hook_verify_begin(const dsv41_session *s, const int32_t *ids, int32_
     begin(s, (dist_op){.op = OP_VERIFY, .n = n, .flags = plain}, ids, n);
 }
 
-static const lead_hooks hooks = {hook_model_free, hook_session_new, hook_session_free, hook_threads,
-                                 hook_forward_begin, hook_forward_end, hook_draft_begin, hook_verify_begin};
+static void hook_session_reset(const dsv41_session *s) {
+    if (leads(s->m)) tell((dist_op){.op = OP_SESSION_RESET, .id = s->dist_id});
+}
+
+static void hook_session_copy(const dsv41_session *dst, const dsv41_session *src) {
+    if (leads(dst->m)) tell((dist_op){.op = OP_SESSION_COPY, .id = dst->dist_id, .n = src->dist_id});
+}
+
+static void hook_prefill_rows(const dsv41_session *s, int32_t rows) {
+    if (leads(s->m)) tell((dist_op){.op = OP_PREFILL_ROWS, .id = s->dist_id, .n = rows});
+}
+
+/* The file's bytes follow the op whole (a payload's length is 32 bits; a file may be larger),
+ * their count in ids[0..1]. */
+static void hook_session_load(const dsv41_session *s, const void *bytes, size_t n) {
+    if (!leads(s->m)) return;
+    dist_op o = {.op = OP_SESSION_LOAD, .id = s->dist_id};
+    int64_t len = (int64_t)n;
+    memcpy(o.ids, &len, sizeof len);
+    pthread_mutex_lock(&lead);
+    send_op(o, NULL);
+    collective_bcast((void *)bytes, len);
+    pthread_mutex_unlock(&lead);
+}
+
+static const lead_hooks hooks = {hook_model_free,   hook_session_new,   hook_session_free, hook_threads,
+                                 hook_forward_begin, hook_forward_end,  hook_draft_begin,  hook_verify_begin,
+                                 hook_session_reset, hook_session_copy, hook_prefill_rows, hook_session_load};
 
 int dsv41_set_dist(const dsv41_dist *d) {
     if (d->n_ranks < 1 || d->rank < 0 || d->rank >= d->n_ranks)
@@ -397,6 +423,18 @@ static void follow_verify(follower *f, const dist_op *o, const int32_t *payload)
         fatal("rank %d: verify: %s", collective_net.rank, dsv41_error());
 }
 
+/* The leader's session file, from its bytes; the leader loaded them, so they load here too. */
+static void follow_load(follower *f, const dist_op *o) {
+    int64_t n;
+    memcpy(&n, o->ids, sizeof n);
+    uint8_t *buf = malloc(n > 0 ? (size_t)n : 1);
+    if (!buf) { fatal("rank %d: out of memory", collective_net.rank); return; }
+    collective_bcast(buf, n);
+    if (session_file_load(find(f, o->id), "rank 0's session file", buf, (size_t)n, NULL, NULL))
+        fatal("rank %d: %s", collective_net.rank, dsv41_error());
+    free(buf);
+}
+
 int32_t dsv41_follow(void) {
     if (collective_net.n_ranks < 2 || collective_net.rank == 0) return set_error("dsv41_follow: only ranks other than 0 of a distribution follow");
     follower f = {NULL, 0, NULL, 0, NULL};
@@ -432,6 +470,12 @@ int32_t dsv41_follow(void) {
         case OP_FORWARD: follow_forward(&f, &o, (const int32_t *)payload); break;
         case OP_DRAFT: follow_draft(&f, &o); break;
         case OP_VERIFY: follow_verify(&f, &o, (const int32_t *)payload); break;
+        case OP_SESSION_RESET: dsv41_session_reset(find(&f, o.id)); break;
+        case OP_SESSION_COPY:
+            if (dsv41_session_copy(find(&f, o.id), find(&f, o.n))) fatal("rank %d: copy: %s", collective_net.rank, dsv41_error());
+            break;
+        case OP_PREFILL_ROWS: dsv41_session_set_prefill_rows(find(&f, o.id), o.n); break;
+        case OP_SESSION_LOAD: follow_load(&f, &o); break;
         case OP_THREADS: dsv41_set_threads(o.n); break;
         case OP_REPORT: {
             rank_report *all = calloc((size_t)collective_net.n_ranks, sizeof *all);

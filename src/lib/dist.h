@@ -11,7 +11,8 @@
 
 /* What the leader tells the followers. */
 enum { OP_END, OP_LOAD_DIR, OP_LOAD_GOLDEN, OP_LOAD_BUILTIN, OP_MODEL_FREE, OP_SESSION_NEW, OP_SESSION_FREE,
-       OP_FORWARD, OP_THREADS, OP_REPORT, OP_DRAFT, OP_VERIFY };
+       OP_FORWARD, OP_THREADS, OP_REPORT, OP_DRAFT, OP_VERIFY, OP_SESSION_RESET, OP_SESSION_COPY, OP_PREFILL_ROWS,
+       OP_SESSION_LOAD };
 
 /* The public loaders' one path (open.c): op is one of the OP_LOAD_ ops; the model of dir, of
  * the golden at path (g: that golden, loaded) or the built-in one, loaded on every rank, which

@@ -278,6 +278,9 @@ void session_unpack_rows(const config *c, const uint8_t *rows, int64_t n, int in
 int32_t slot_layer(const dsv41_session *s, const uint8_t *p, int index_keys);
 /* The 64-bit checksum a session file ends with, of p [n] (session_file.c). */
 uint64_t checksum64(const void *p, size_t n);
+/* A session file's n bytes into s, as dsv41_session_load_data (path: the name its messages
+ * give); the followers of a split model load the leader's bytes through it (session_file.c). */
+int session_file_load(dsv41_session *s, const char *path, const uint8_t *buf, size_t n, void **data, size_t *data_n);
 
 /* ---- traces: named captures of the golden's intermediates */
 typedef struct {

@@ -116,8 +116,8 @@ const int32_t *dsv41_session_tokens(const dsv41_session *s, int32_t *n) {
 const float *dsv41_session_logits(const dsv41_session *s) { return s->has_logits ? s->logits : NULL; }
 
 int dsv41_session_reset(dsv41_session *s) {
-    if (s->m->part.n_ranks > 1) return set_error("session: reset is not supported on a model split over ranks");
     session_clear(s, s->pos);
+    lead_session_reset(s);
     return 0;
 }
 
@@ -176,7 +176,6 @@ static int copy_grow(void **dst, size_t *cap, const void *src, size_t n) {
 int dsv41_session_copy(dsv41_session *dst, const dsv41_session *src) {
     const config *c = &src->m->cfg;
     if (dst->m != src->m) return set_error("session: a copy needs two sessions of one model");
-    if (src->m->part.n_ranks > 1) return set_error("session: copy is not supported on a model split over ranks");
     if (dst == src) return 0;
     if (session_reserve(dst, src->pos)) return -1;
     shared_slots *dsh = &dst->shared;
@@ -210,6 +209,7 @@ int dsv41_session_copy(dsv41_session *dst, const dsv41_session *src) {
     dsh->topk_width = ssh->topk_width;
     dsh->cand_rows = ssh->cand_rows;
     dsh->cand_width = ssh->cand_width;
+    lead_session_copy(dst, src);
     return 0;
 }
 
@@ -217,8 +217,8 @@ void dsv41_session_cancel(dsv41_session *s) { atomic_store(&s->cancel, 1); }
 
 int dsv41_session_set_prefill_rows(dsv41_session *s, int32_t rows) {
     if (rows < 1) return set_error("session: prefill rows must be at least 1, not %d", rows);
-    if (s->m->part.n_ranks > 1) return set_error("session: prefill rows cannot change on a model split over ranks");
     s->tile_rows = rows;
+    lead_prefill_rows(s, rows);
     return 0;
 }
 

@@ -10,6 +10,7 @@
 #ifndef DSV41_LEAD_H
 #define DSV41_LEAD_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dsv41.h"
@@ -31,6 +32,13 @@ typedef struct {
      * the leader's decision of the rows kept */
     void (*draft_begin)(const dsv41_session *s, int32_t anchor, int32_t n);
     void (*verify_begin)(const dsv41_session *s, const int32_t *ids, int32_t n, int32_t plain);
+    /* after the leader emptied s, copied src into dst, set s's prefill rows or loaded the n
+     * bytes of a session file into s, each only once it succeeded: the followers' copies of
+     * the sessions change the same way, so they stay identical */
+    void (*session_reset)(const dsv41_session *s);
+    void (*session_copy)(const dsv41_session *dst, const dsv41_session *src);
+    void (*prefill_rows)(const dsv41_session *s, int32_t rows);
+    void (*session_load)(const dsv41_session *s, const void *bytes, size_t n);
 } lead_hooks;
 
 /* The hooks in force: NULL unless this process leads a job of ranks. Set by dsv41_set_dist,
@@ -50,6 +58,14 @@ static inline void lead_draft_begin(const dsv41_session *s, int32_t anchor, int3
 }
 static inline void lead_verify_begin(const dsv41_session *s, const int32_t *ids, int32_t n, int32_t plain) {
     if (lead_active) lead_active->verify_begin(s, ids, n, plain);
+}
+static inline void lead_session_reset(const dsv41_session *s) { if (lead_active) lead_active->session_reset(s); }
+static inline void lead_session_copy(const dsv41_session *dst, const dsv41_session *src) {
+    if (lead_active) lead_active->session_copy(dst, src);
+}
+static inline void lead_prefill_rows(const dsv41_session *s, int32_t rows) { if (lead_active) lead_active->prefill_rows(s, rows); }
+static inline void lead_session_load(const dsv41_session *s, const void *bytes, size_t n) {
+    if (lead_active) lead_active->session_load(s, bytes, n);
 }
 
 #endif
