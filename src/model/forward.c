@@ -233,12 +233,12 @@ static void layer_tiles(const batch_seq *seq, int32_t count, int32_t l, const ca
  * one-token call after it runs whole (stopping inside it would leave its layers out of step).
  *
  * A long prefill keeps only its residual stream (and the shared top-k and candidate rows, until
- * its layers are done) for all of its rows: each layer works through the rows a tile at a time, in order, so what a row
- * reads of the rows before it (the window ring, the compressed caches, the index keys) is
- * already written, and every row computes exactly what the whole call would. Between layers
- * the stream is bf16, as the reference keeps it (every block ends in a bf16 rounding), so it is
- * stored as bf16 there; the first layer's tiles take their rows from the embedding. A batch
- * does the same, its sessions' tiles side by side (layer_tiles). */
+ * its layers are done) for all of its rows: each layer works through the rows a tile at a time,
+ * in order, so what a row reads of the rows before it (the window ring, the compressed caches,
+ * the index keys) is already written, and every row computes exactly what the whole call would.
+ * Between layers the stream is bf16, as the reference keeps it (every block ends in a bf16
+ * rounding), so it is stored as bf16 there; the first layer's tiles take their rows from the
+ * embedding. A batch does the same, its sessions' tiles side by side (layer_tiles). */
 static int forward_rows(const batch_seq *seq, int32_t count, int64_t T, const int32_t *const *ids,
                         float *const *logits, int all, dsv41_trace *tr) {
     DSV41_ASSERT(batch_valid(seq, count));
