@@ -4,9 +4,9 @@
  * (dsv41_session_set_prefill_rows). Every tile size must leave the same bits as the call taken
  * whole: every position's logits, the window rings, the compressed caches, the index keys, the
  * compressor tails, and the decode steps after it; no call leaves its top-k or candidate rows in
- * the session (they are the call's: model.h). The
- * prompts are random, on the tiny geometry (window 8, top-k 6, candidates 3 blocks of 2, so
- * every path switches on within a few dozen positions) at its own context and at a longer one.
+ * the session (they are the call's: model.h). The prompts are random, on the tiny geometry
+ * (window 8, top-k 6, candidates 3 blocks of 2, so every path switches on within a few dozen
+ * positions) at its own context and at a longer one.
  * A prefill that wants only its last row's logits skips the rows no later layer's window reaches
  * (forward.c, layer_first_row): the traced call, which computes every row, must leave the same
  * last logits, caches and decode steps. */
