@@ -3,9 +3,10 @@
  * The reference prefills a prompt in one call; dsv41 takes each layer a tile of rows at a time
  * (dsv41_session_set_prefill_rows). Every tile size must leave the same bits as the call taken
  * whole: every position's logits, the window rings, the compressed caches, the index keys, the
- * compressor tails, the published top-k and candidate rows, and the decode steps after it. The
- * prompts are random, on the tiny geometry (window 8, top-k 6, candidates 3 blocks of 2, so
- * every path switches on within a few dozen positions) at its own context and at a longer one.
+ * compressor tails, and the decode steps after it; no call leaves its top-k or candidate rows in
+ * the session (they are the call's: model.h). The prompts are random, on the tiny geometry
+ * (window 8, top-k 6, candidates 3 blocks of 2, so every path switches on within a few dozen
+ * positions) at its own context and at a longer one.
  * A prefill that wants only its last row's logits skips the rows no later layer's window reaches
  * (forward.c, layer_first_row): the traced call, which computes every row, must leave the same
  * last logits, caches and decode steps. */
@@ -16,6 +17,7 @@
 #include "filler.h"
 #include "json.h"
 #include "pool.h"
+#include "session_v2.h"
 #include "testing.h"
 
 /* The config of a fixture-shaped file into c; 0, or -1 */
@@ -50,10 +52,9 @@ static dsv41_model *tiny_model(int32_t ctx, int real) {
     return m;
 }
 
-/* 0 when a and b hold the same state, bit for bit, else the name of what differs; the published
- * top-k from row topk_from on (a prefill that skipped rows leaves the rows before it as an
- * earlier index source wrote them: check_skip) */
-static const char *state_diff(const dsv41_session *a, const dsv41_session *b, int64_t topk_from) {
+/* 0 when a and b hold the same state, bit for bit, and neither holds a call's top-k or
+ * candidate rows, else the name of what differs */
+static const char *state_diff(const dsv41_session *a, const dsv41_session *b) {
     const config *c = &a->m->cfg;
     if (a->pos != b->pos || a->has_logits != b->has_logits) return "position";
     if (memcmp(a->logits, b->logits, (size_t)c->vocab_size * sizeof *a->logits)) return "last logits";
@@ -72,13 +73,9 @@ static const char *state_diff(const dsv41_session *a, const dsv41_session *b, in
     if (slot_layer(a, p->compress_kv, 0) != slot_layer(b, q->compress_kv, 0) ||
         slot_layer(a, p->index_k, 1) != slot_layer(b, q->index_k, 1))
         return "shared slots";
-    if (p->topk_rows != q->topk_rows || p->topk_width != q->topk_width ||
-        memcmp(p->topk + topk_from * p->topk_width, q->topk + topk_from * q->topk_width,
-               (size_t)(p->topk_rows - topk_from) * p->topk_width * sizeof *p->topk))
-        return "published top-k";
-    if (p->cand_rows != q->cand_rows || p->cand_width != q->cand_width ||
-        memcmp(p->cand, q->cand, (size_t)p->cand_rows * (p->cand_rows ? cand_blocks(c, p->cand_width) : 0) * sizeof *p->cand))
-        return "candidates";
+    if (p->topk_rows || p->topk_width || p->cand_rows || p->cand_width || q->topk_rows || q->topk_width || q->cand_rows ||
+        q->cand_width)
+        return "a call's top-k or candidate rows left";
     return NULL;
 }
 
@@ -97,14 +94,14 @@ static void check_tiles(const dsv41_model *m, int32_t n, const int32_t *tiles, i
         CHECK(dsv41_session_set_prefill_rows(s, tiles[k]) == 0 && dsv41_session_forward_all(s, ids, n, got) == 0,
               "prefill %d tokens in tiles of %d: %s", n, tiles[k], dsv41_error());
         CHECK(!memcmp(want, got, (size_t)n * V * sizeof *got), "%d tokens, tiles of %d: every position's logits", n, tiles[k]);
-        const char *diff = state_diff(whole, s, 0);
+        const char *diff = state_diff(whole, s);
         CHECK(!diff, "%d tokens, tiles of %d: the state after the prefill (%s differs)", n, tiles[k], diff ? diff : "");
         dsv41_session *w2 = dsv41_session_new(m);
         int same = dsv41_session_copy(w2, whole) == 0;
         for (int32_t step = 0; same && step < 3 && n + step < dsv41_model_max_seq_len(m); step++) {
             int32_t next = (int32_t)((seed + (uint32_t)step * 7919u) % (uint32_t)V);
             same = dsv41_session_forward(w2, &next, 1, dw, NULL) == 0 && dsv41_session_forward(s, &next, 1, dg, NULL) == 0 &&
-                   !memcmp(dw, dg, (size_t)V * sizeof *dg) && !state_diff(w2, s, 0);
+                   !memcmp(dw, dg, (size_t)V * sizeof *dg) && !state_diff(w2, s);
         }
         CHECK(same, "%d tokens, tiles of %d: the decode steps after it", n, tiles[k]);
         dsv41_session_free(w2);
@@ -160,12 +157,52 @@ static void check_growth(const dsv41_model *m) {
     for (int32_t i = 0; same && i < steps; i++)
         same = dsv41_session_forward(fresh, &ids[n + i], 1, a, NULL) == 0 &&
                dsv41_session_forward(roomy, &ids[n + i], 1, b, NULL) == 0 && !memcmp(a, b, (size_t)V * sizeof *a);
-    const char *diff = state_diff(fresh, roomy, 0);
+    const char *diff = state_diff(fresh, roomy);
     CHECK(same && !diff && fresh->cap >= n + steps, "decode steps across the first room: the same logits and state (%s)",
           diff ? diff : "");
     dsv41_session_free(fresh);
     dsv41_session_free(roomy);
     free(ids);
+    free(a);
+    free(b);
+}
+
+/* After a traced decode step of x (past 16,450 positions) on ids[0]: its candidate source keeps
+ * 2,048 of the row's blocks (the candidates select), and x's file in the form version 2 wrote
+ * (the step's rows put back from the trace: session_v2.h) loads and decodes x's next step. */
+static void check_far_v2(const dsv41_model *m, dsv41_session *x, const int32_t *ids) {
+    int32_t V = dsv41_model_vocab_size(m), block = m->cfg.candidate_block_size;
+    float *a = malloc((size_t)V * sizeof *a), *b = malloc((size_t)V * sizeof *b);
+    dsv41_trace *tr = dsv41_trace_new();
+    dsv41_session *old = dsv41_session_new(m);
+    char name[64], path[] = "/tmp/dsv41-long-v2-XXXXXX";
+    snprintf(name, sizeof name, "shared.L%d.candidates", m->cfg.candidate_source_layer);
+    int ok = dsv41_session_forward(x, ids, 1, a, tr) == 0;
+    const capture *cd = ok ? trace_find(tr, name) : NULL;
+    int64_t kept = 0, blocks = cd ? (cd->shape[2] + block - 1) / block : 0;
+    for (int64_t i = 0; cd && i < cd->n; i++) kept += cd->v[i] != 0;
+    CHECK(cd && cd->shape[1] == 1 && blocks > 2048 && kept > 2047 * block && kept <= 2048 * block,
+          "a decode step at %d positions: the candidate source keeps 2,048 of %lld blocks (%lld entries)", x->pos,
+          (long long)blocks, (long long)kept);
+    int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    size_t n = 0, on = 0;
+    uint8_t *bytes = NULL, *v2 = NULL;
+    ok = ok && fd >= 0 && dsv41_session_save(x, path) == 0 && (bytes = (uint8_t *)test_read_file(path, &n)) != NULL &&
+         (v2 = session_file_v2(m, bytes, n, tr, &on)) != NULL;
+    FILE *f = ok ? fopen(path, "wb") : NULL;
+    ok = f && fwrite(v2, 1, on, f) == on;
+    if (f) fclose(f);
+    ok = ok && dsv41_session_load(old, path) == 0 && dsv41_session_forward(x, ids + 1, 1, a, NULL) == 0 &&
+         dsv41_session_forward(old, ids + 1, 1, b, NULL) == 0 && !memcmp(a, b, (size_t)V * sizeof *a) && !state_diff(x, old);
+    CHECK(ok && on == n + 4 * (size_t)(blocks > 2048 ? 2048 + m->cfg.index_topk : 0),
+          "its file in version 2's form (%zu bytes, a row of top-k and of candidate blocks more) loads and decodes the "
+          "same bits: %s", on, ok ? "" : dsv41_error());
+    if (fd >= 0) unlink(path);
+    free(bytes);
+    free(v2);
+    dsv41_session_free(old);
+    dsv41_trace_free(tr);
     free(a);
     free(b);
 }
@@ -190,25 +227,34 @@ static void check_far(const dsv41_model *m) {
     int ok = dsv41_session_forward(x, ids, n, a, NULL) == 0;
     ok = ok && dsv41_set_threads(1) == 0 && dsv41_set_kernels(second) == 0 && dsv41_session_set_prefill_rows(y, 3000) == 0 &&
          dsv41_session_forward(y, ids, n, b, NULL) == 0;
-    const char *diff = ok ? state_diff(x, y, 0) : "a call";
+    const char *diff = ok ? state_diff(x, y) : "a call";
     CHECK(ok && !memcmp(a, b, (size_t)V * sizeof *a) && !diff, "16,450 positions, real candidate blocks: the prefill (%s)",
           diff ? diff : "logits");
-    CHECK(x->shared.cand_rows == n && x->shared.cand[(int64_t)(n - 1) * 2048 + 2047] >= 0 &&
-              cand_blocks(&m->cfg, x->shared.cand_width) == 2048,
-          "the last row keeps 2,048 blocks");
+    /* the call's top-k and candidate blocks (8 KB a row here) went with it, buffers included */
+    CHECK(ok && x->shared.cand_cap < (size_t)n * sizeof(int32_t) && x->shared.topk_cap < (size_t)n * sizeof(int32_t),
+          "16,450 positions: the session holds no top-k or candidate rows after the prefill (%zu and %zu bytes kept)",
+          x->shared.topk_cap, x->shared.cand_cap);
     char path[] = "/tmp/dsv41-long-XXXXXX";
     int fd = mkstemp(path);
     if (fd >= 0) close(fd);
     dsv41_session *cached = dsv41_session_new(m), *slot = dsv41_session_new(m);
     int held = ok && fd >= 0 && dsv41_session_copy(cached, x) == 0 && dsv41_session_save(x, path) == 0 &&
                dsv41_session_load(slot, path) == 0;
-    const char *dc = held ? state_diff(x, cached, 0) : "a call", *ds = held ? state_diff(x, slot, 0) : "a call";
+    const char *dc = held ? state_diff(x, cached) : "a call", *ds = held ? state_diff(x, slot) : "a call";
     CHECK(held && !dc && !ds, "16,450 positions: the prompt cache's copy and a saved slot hold the state (%s, %s)",
           dc ? dc : "copy same", ds ? ds : "file same");
     FILE *sf = fopen(path, "rb");
     long bytes = sf && fseek(sf, 0, SEEK_END) == 0 ? ftell(sf) : -1;
     if (sf) fclose(sf);
+    /* a file is its caches: the id and the packed rows of each position, and what does not grow
+     * with them (the header, the last logits, the window rings, the compressor tails) */
+    const config *cf = &m->cfg;
+    double per = cache_bytes_per_token(cf, 1) + sizeof(int32_t), fixed = 4.0 * cf->vocab_size + 65536.0 +
+                 (double)cf->n_layers * cf->window_size * window_row_bytes(cf);
     printf("a session file at 16,450 positions of this geometry: %ld bytes\n", bytes);
+    CHECK(bytes >= per * n - 65536.0 && bytes <= per * n + fixed,
+          "a session file at 16,450 positions of this geometry: %ld bytes, %.1f a position and %.0f more at most", bytes, per,
+          fixed);
     unlink(path);
     float *c = malloc((size_t)V * sizeof *c), *d = malloc((size_t)V * sizeof *d);
     int same = ok, served = held;
@@ -222,15 +268,16 @@ static void check_far(const dsv41_model *m) {
                  !memcmp(a, d, (size_t)V * sizeof *a);
         same = same && dsv41_set_threads(1) == 0 && dsv41_set_kernels(second) == 0;
     }
-    CHECK(same && !state_diff(x, y, 0), "16,450 positions: the decode steps after it");
-    CHECK(served && !state_diff(x, cached, 0) && !state_diff(x, slot, 0),
+    CHECK(same && !state_diff(x, y), "16,450 positions: the decode steps after it");
+    CHECK(served && !state_diff(x, cached) && !state_diff(x, slot),
           "16,450 positions: the prompt cache's copy and the saved slot decode the same bits");
+    dsv41_set_kernels(NULL);
+    dsv41_set_threads(threads);
+    check_far_v2(m, x, ids + 10);
     dsv41_session_free(cached);
     dsv41_session_free(slot);
     free(c);
     free(d);
-    dsv41_set_kernels(NULL);
-    dsv41_set_threads(threads);
     dsv41_session_free(x);
     dsv41_session_free(y);
     free(ids);
@@ -265,9 +312,11 @@ static int64_t halo_first(const config *c, int32_t full_to, int32_t l, int64_t n
  * on every kernel set, 1 and 3 threads and tiles of n, 7 and 64 rows (`matrix`; else the default
  * alone): the same last logits and caches (window rings, compressed KV, index keys, compressor
  * tails, candidates, Engram history, the drafter's taps), and the same logits, state and drafts
- * over 3 decode steps after it. The published top-k of each row is the one the last index source
- * that computed the row published, read from the trace; *skipped gets whether that differs from
- * the full call's on some row (so the check tells a skip from none). */
+ * over 3 decode steps after it. The top-k rows a call publishes are dropped when it ends, but a
+ * buffer this small stays allocated (session_end_call) holding them as the call left them: each
+ * row's must be the one the last index source that computed the row published, read from the
+ * trace; *skipped gets whether that differs from the full call's on some row (so the check tells
+ * a skip from none). */
 static void check_skip(const dsv41_model *m, int32_t n, uint32_t seed, int matrix, int *skipped) {
     const config *c = &m->cfg;
     int32_t V = c->vocab_size, W = c->window_size, B = dsv41_model_draft_size(m), full_to = 2, last = 0, threads = pool_threads();
@@ -281,7 +330,12 @@ static void check_skip(const dsv41_model *m, int32_t n, uint32_t seed, int matri
     dsv41_session *full = dsv41_session_new(m);
     CHECK(dsv41_session_forward(full, ids, n, want, tr) == 0, "%d tokens traced: %s", n, dsv41_error());
     /* row r's top-k as the index source that last computed it published it */
-    int32_t width = full->shared.topk_width, *expect = malloc((size_t)n * width * sizeof *expect);
+    char lname[64];
+    snprintf(lname, sizeof lname, "shared.L%d.topk_idxs", last);
+    const capture *lcap = trace_find(tr, lname);
+    int32_t width = lcap ? (int32_t)lcap->shape[2] : 0, *expect = malloc((size_t)n * (width ? width : 1) * sizeof *expect);
+    int kept = lcap && lcap->shape[1] == n && full->shared.topk_cap >= (size_t)n * width * sizeof *expect;
+    CHECK(kept, "%d tokens traced: the last index source's top-k, in a buffer kept", n);
     *skipped = 0;
     for (int32_t l = 0; l < c->n_layers; l++) {
         char name[64];
@@ -290,7 +344,7 @@ static void check_skip(const dsv41_model *m, int32_t n, uint32_t seed, int matri
         for (int64_t r = halo_first(c, full_to, l, n); cap && r < n; r++)
             for (int32_t k = 0; k < width; k++) expect[r * width + k] = (int32_t)cap->v[r * width + k];
     }
-    for (int64_t i = 0; i < (int64_t)n * width; i++) *skipped |= expect[i] != full->shared.topk[i];
+    for (int64_t i = 0; kept && i < (int64_t)n * width; i++) *skipped |= expect[i] != full->shared.topk[i];
     const char *sets[8];
     int32_t ns = matrix ? dsv41_kernel_sets(sets, 8) : 1, tiles[] = {n, 7, 64};
     for (int32_t k = 0; k < ns * (matrix ? 6 : 1); k++) {
@@ -301,10 +355,12 @@ static void check_skip(const dsv41_model *m, int32_t n, uint32_t seed, int matri
         int ok = dsv41_session_set_prefill_rows(s, tile) == 0 && dsv41_session_forward(s, ids, n, got, NULL) == 0;
         dsv41_set_kernels(NULL);
         dsv41_set_threads(threads);
-        const char *diff = ok ? state_diff(full, s, halo_first(c, full_to, last, n)) : "a call";
+        const char *diff = ok ? state_diff(full, s) : "a call";
         if (!diff && memcmp(full->draft->taps, s->draft->taps, (size_t)W * c->dspark_n_targets * c->dim * sizeof(float)))
             diff = "drafter taps";
-        if (!diff && memcmp(s->shared.topk, expect, (size_t)n * width * sizeof *expect)) diff = "published top-k";
+        if (!diff && (s->shared.topk_cap < (size_t)n * width * sizeof *expect ||
+                      memcmp(s->shared.topk, expect, (size_t)n * width * sizeof *expect)))
+            diff = "published top-k";
         CHECK(ok && !memcmp(want, got, (size_t)V * sizeof *got) && !diff,
               "%d tokens, set %s, %d threads, tiles of %d: the last logits and the state after the prefill (%s)", n,
               matrix ? sets[k / 6] : "default", matrix ? th : threads, tile, diff ? diff : "logits");
@@ -312,7 +368,7 @@ static void check_skip(const dsv41_model *m, int32_t n, uint32_t seed, int matri
         for (int32_t step = 0; same && step < 3; step++) {
             int32_t next = (int32_t)((seed + (uint32_t)step * 7919u) % (uint32_t)V);
             same = dsv41_session_forward(w2, &next, 1, lw, NULL) == 0 && dsv41_session_forward(s, &next, 1, lg, NULL) == 0 &&
-                   !memcmp(lw, lg, (size_t)V * sizeof *lg) && !state_diff(w2, s, 0) &&
+                   !memcmp(lw, lg, (size_t)V * sizeof *lg) && !state_diff(w2, s) &&
                    dsv41_session_draft(w2, next, B, dw, lw, NULL) == 0 && dsv41_session_draft(s, next, B, dg, lg, NULL) == 0 &&
                    !memcmp(dw, dg, (size_t)B * sizeof *dw) && !memcmp(lw, lg, (size_t)B * V * sizeof *lg);
         }
@@ -353,7 +409,7 @@ static void check_batch(const dsv41_model *m) {
     for (int step = 0; ok && step < 3; step++) {
         ok = dsv41_batch_forward(b, ids, len, N, lb) == 0;
         for (int i = 0; ok && i < N; i++) {
-            const char *diff = dsv41_session_forward(a[i], ids[i], len[i], la[i], NULL) ? "a call" : state_diff(a[i], b[i], 0);
+            const char *diff = dsv41_session_forward(a[i], ids[i], len[i], la[i], NULL) ? "a call" : state_diff(a[i], b[i]);
             if (!diff && memcmp(la[i], lb[i], (size_t)V * sizeof *la[i])) diff = "logits";
             if (!diff && memcmp(a[i]->draft->taps, b[i]->draft->taps,
                                 (size_t)m->cfg.window_size * m->cfg.dspark_n_targets * m->cfg.dim * sizeof(float)))

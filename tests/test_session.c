@@ -19,13 +19,17 @@ static void test_chunked_append(const dsv41_golden *g, const dsv41_model *m) {
     CHECK(dsv41_session_forward(a, prompt, 12, NULL, NULL) == 0 && dsv41_session_forward(a, chunk, 2, NULL, tr) == 0,
           "prefill then a 2-token append");
     CHECK(dsv41_session_pos(a) == 14, "the append advanced the position to 14");
+    /* decode13's shared.L2.candidates is the reference's slot as the first position left it
+     * (the candidate source is layer 4); the engine drops it when that position's call ends and
+     * the golden check compares it with what that call recorded (golden_check.c) */
     int32_t passed = 0, total = 0;
     for (size_t i = 0; i < d13->len; i++) {
+        if (!strcmp(d13->keys[i], "shared.L2.candidates")) continue;
         const capture *c = trace_find(tr, d13->keys[i]);
         total++;
         if (c && golden_compare("append", d13->keys[i], &d13->items[i], c->v, c->ndim, c->shape, stderr) == 1) passed++;
     }
-    CHECK(passed == total && total == 148, "the append's last position passes decode13: %d of %d captures", passed, total);
+    CHECK(passed == total && total == 147, "the append's last position passes decode13: %d of %d captures", passed, total);
     CHECK(dsv41_session_forward(b, prompt, 12, NULL, NULL) == 0 && dsv41_session_forward_all(b, chunk, 2, logits) == 0,
           "the same append with every position's logits");
     double *first = malloc((size_t)V * sizeof *first);

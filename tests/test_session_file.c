@@ -3,7 +3,8 @@
  * The reference for a restored or copied session is the original continuing: both are fed the
  * same tokens and must give the same logits bit for bit. Damaged files (every byte flipped, cut
  * at every length, other models, other versions) must be refused with the session untouched,
- * which the same continuation checks at the end. */
+ * which the same continuation checks at the end. A file of format version 2, which kept the last
+ * call's top-k and candidate rows (session_v2.h), still loads and continues alike. */
 #include <dirent.h>
 #include <stdint.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "files.h"
 #include "filler.h"
 #include "model.h"
+#include "session_v2.h"
 #include "testing.h"
 
 static char tmpdir[64];
@@ -98,10 +100,11 @@ static void test_damage(const dsv41_model *m) {
     snprintf(good, sizeof good, "%s/good.session", tmpdir);
     snprintf(bad, sizeof bad, "%s/bad.session", tmpdir);
     dsv41_session *a = dsv41_session_new(m), *b = dsv41_session_new(m), *ref = dsv41_session_new(m);
+    dsv41_trace *tr = dsv41_trace_new();
     float *lg = malloc((size_t)V * 4);
     fill_ids(ids, 32, V, 1);
     dsv41_session_forward(a, ids, 13, lg, NULL);
-    dsv41_session_forward(a, ids + 13, 1, lg, NULL);
+    dsv41_session_forward(a, ids + 13, 1, lg, tr);
     dsv41_session_forward(b, ids + 3, 9, lg, NULL);
     dsv41_session_copy(ref, b);
     CHECK(dsv41_session_save(a, good) == 0, "save: %s", dsv41_error());
@@ -135,46 +138,59 @@ static void test_damage(const dsv41_model *m) {
     write_bytes(bad, longer, n + 1);
     CHECK(refused(b, ref, bad, V), "a byte appended is refused");
     free(longer);
-    CHECK(bytes[8] == 2, "the format version is 2");
-    bytes[8] = 3; /* a future format version */
+    CHECK(bytes[8] == 3, "the format version is 3");
+    bytes[8] = 4; /* a future format version */
     write_bytes(bad, bytes, n);
-    CHECK(refused(b, ref, bad, V) && strstr(dsv41_error(), "version 3"), "a future version: %s", dsv41_error());
+    CHECK(refused(b, ref, bad, V) && strstr(dsv41_error(), "version 4"), "a future version: %s", dsv41_error());
     bytes[8] = 1; /* version 1 held the caches as f32 and the candidates as a mask */
     write_bytes(bad, bytes, n);
-    bytes[8] = 2;
-    CHECK(refused(b, ref, bad, V) && strstr(dsv41_error(), "version 1") && strstr(dsv41_error(), "reads version 2"),
+    bytes[8] = 3;
+    CHECK(refused(b, ref, bad, V) && strstr(dsv41_error(), "version 1") && strstr(dsv41_error(), "reads versions 2 and 3"),
           "an older version: %s", dsv41_error());
-    /* a crafted file with a valid checksum: counts a position cannot have, a top-k entry past
-     * the cache; the fields are the header's (docs/SESSION_FORMAT.md) */
+    /* version 3 holds no top-k or candidate rows: a file that claims the rows version 2 kept */
+    size_t on = 0;
+    uint8_t *old = session_file_v2(m, bytes, n, tr, &on);
+    CHECK(old && on > n, "the version 2 form of the file (%zu bytes)", on);
+    if (!old) return;
+    old[8] = 3;
+    uint64_t osum = checksum64(old, on - 8);
+    for (int i = 0; i < 8; i++) old[on - 8 + i] = (uint8_t)(osum >> 8 * i);
+    write_bytes(bad, old, on);
+    CHECK(refused(b, ref, bad, V) && strstr(dsv41_error(), "shared slots"), "version 3 with rows: %s", dsv41_error());
+    old[8] = 2;
+    osum = checksum64(old, on - 8);
+    for (int i = 0; i < 8; i++) old[on - 8 + i] = (uint8_t)(osum >> 8 * i);
+    /* a crafted version 2 file with a valid checksum: counts a position cannot have, a top-k
+     * entry past the cache; the fields are the header's (docs/SESSION_FORMAT.md) */
     static const struct { size_t at; int32_t value; const char *msg; } crafted[] = {
         {32, 65, "position"}, {32, -1, "position"}, {36, 2, "logits"}, {40, 0, "layers"}, {44, 1, "layers"},
         {48, 7, "shared slots"}, {52, 5, "shared slots"}, {56, 0, "shared slots"}, {60, 3, "shared slots"},
         {64, 1, "sizes"}, {SIZE_MAX, 0, "top-k"}};
     for (size_t i = 0; i < sizeof crafted / sizeof *crafted; i++) {
-        uint8_t *f = malloc(n);
-        memcpy(f, bytes, n);
+        uint8_t *f = malloc(on);
+        memcpy(f, old, on);
         uint32_t cnt[4]; /* topk rows, width, candidate rows, width: the top-k then the blocks end the state */
         for (int c = 0; c < 4; c++) cnt[c] = (uint32_t)f[48 + 4 * c] | (uint32_t)f[49 + 4 * c] << 8;
         size_t kb = cnt[2] ? (size_t)cand_blocks(&m->cfg, (int32_t)cnt[3]) : 0;
-        size_t at = crafted[i].at != SIZE_MAX ? crafted[i].at : n - 8 - 4 * cnt[2] * kb - 4 * cnt[0] * cnt[1];
+        size_t at = crafted[i].at != SIZE_MAX ? crafted[i].at : on - 8 - 4 * cnt[2] * kb - 4 * cnt[0] * cnt[1];
         uint32_t v = crafted[i].at != SIZE_MAX ? (uint32_t)crafted[i].value : 99;
         for (int b = 0; b < 4; b++) f[at + b] = (uint8_t)(v >> 8 * b);
-        uint64_t sum = checksum64(f, n - 8);
-        for (int b = 0; b < 8; b++) f[n - 8 + b] = (uint8_t)(sum >> 8 * b);
-        write_bytes(bad, f, n);
+        uint64_t sum = checksum64(f, on - 8);
+        for (int b = 0; b < 8; b++) f[on - 8 + b] = (uint8_t)(sum >> 8 * b);
+        write_bytes(bad, f, on);
         free(f);
         CHECK(refused(b, ref, bad, V) && strstr(dsv41_error(), crafted[i].msg), "crafted case %zu: %s", i, dsv41_error());
     }
     /* candidate blocks no indexer leaves, with a valid checksum: the last row's last block past
      * the row, or below -1 */
     for (int bad_row = 0; bad_row < 2; bad_row++) {
-        uint8_t *f = malloc(n);
-        memcpy(f, bytes, n);
+        uint8_t *f = malloc(on);
+        memcpy(f, old, on);
         uint32_t v = bad_row ? (uint32_t)-2 : 9999;
-        for (int b = 0; b < 4; b++) f[n - 12 + b] = (uint8_t)(v >> 8 * b);
-        uint64_t sum = checksum64(f, n - 8);
-        for (int b = 0; b < 8; b++) f[n - 8 + b] = (uint8_t)(sum >> 8 * b);
-        write_bytes(bad, f, n);
+        for (int b = 0; b < 4; b++) f[on - 12 + b] = (uint8_t)(v >> 8 * b);
+        uint64_t sum = checksum64(f, on - 8);
+        for (int b = 0; b < 8; b++) f[on - 8 + b] = (uint8_t)(sum >> 8 * b);
+        write_bytes(bad, f, on);
         free(f);
         CHECK(refused(b, ref, bad, V) && strstr(dsv41_error(), "sizes"), "candidate blocks no indexer leaves (%d) are refused: %s",
               bad_row, dsv41_error());
@@ -188,11 +204,44 @@ static void test_damage(const dsv41_model *m) {
     fill_ids(ids, 32, V, 4);
     CHECK(continue_both(b, ref, ids, 5, 0, V) == 0, "the session refusing all of that is unchanged");
     CHECK(dsv41_session_load(b, good) == 0 && same_view(a, b, V), "the good file still loads: %s", dsv41_error());
+    write_bytes(bad, old, on);
+    CHECK(dsv41_session_load(b, bad) == 0 && same_view(a, b, V) && !b->shared.topk_rows && !b->shared.cand_rows,
+          "its version 2 form loads, without its rows: %s", dsv41_error());
+    fill_ids(ids, 32, V, 5);
+    CHECK(continue_both(a, b, ids, 5, 0, V) == 0, "and continues bit-identical");
+    free(old);
     free(bytes);
+    dsv41_trace_free(tr);
     free(lg);
     dsv41_session_free(a);
     dsv41_session_free(b);
     dsv41_session_free(ref);
+}
+
+/* A version 2 file saved after a prefill (its rows: one per position) loads into a session
+ * holding other state and continues as the saved session does */
+static void test_version2_prefill(const dsv41_model *m) {
+    int32_t V = dsv41_model_vocab_size(m), ids[32];
+    char path[128];
+    snprintf(path, sizeof path, "%s/v2.session", tmpdir);
+    dsv41_session *a = dsv41_session_new(m), *b = dsv41_session_new(m);
+    dsv41_trace *tr = dsv41_trace_new();
+    fill_ids(ids, 32, V, 3);
+    dsv41_session_forward(b, ids + 20, 7, NULL, NULL);
+    size_t n = 0, on = 0;
+    uint8_t *bytes = NULL, *old = NULL;
+    int ok = dsv41_session_forward(a, ids, 17, NULL, tr) == 0 && dsv41_session_save(a, path) == 0 &&
+             (bytes = (uint8_t *)test_read_file(path, &n)) != NULL && (old = session_file_v2(m, bytes, n, tr, &on)) != NULL;
+    uint32_t rows = old ? (uint32_t)old[48] | (uint32_t)old[49] << 8 : 0;
+    CHECK(ok && rows == 17, "a version 2 file after a prefill of 17 (%u rows)", rows);
+    if (ok) write_bytes(path, old, on);
+    CHECK(ok && dsv41_session_load(b, path) == 0 && same_view(a, b, V), "it loads: %s", dsv41_error());
+    CHECK(ok && continue_both(a, b, ids + 17, 6, 0, V) == 0, "and continues bit-identical");
+    free(bytes);
+    free(old);
+    dsv41_trace_free(tr);
+    dsv41_session_free(a);
+    dsv41_session_free(b);
 }
 
 /* No "*.tmp-*" left in dir */
@@ -403,6 +452,7 @@ int main(void) {
     test_copy_reset(m);
     test_user_data(m);
     test_damage(m);
+    test_version2_prefill(m);
     test_failed_saves(m);
     test_drafter();
     dsv41_model *bf = synth_model("bf16"), *f8 = synth_model("fp8");

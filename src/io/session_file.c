@@ -20,7 +20,13 @@
 #include "numerics.h"
 
 #define MAGIC "DSV41SES"
-#define VERSION 2u /* 2: the caches packed, the candidates as blocks, the drafter's section */
+/* 2: the caches packed, the candidates as blocks, the drafter's section. 3: the layout of 2 with
+ * no top-k or candidate rows (counts 0): a session drops them when its call ends (model.h). A
+ * version 2 reader refuses such a file at any position past the first group (it wants the rows
+ * the last call left), so the version says so instead; this build still reads version 2, checks
+ * its rows as before and drops them. */
+#define VERSION 3u
+#define VERSION_ROWS 2u /* the last version that stored the rows */
 #define BUF (1 << 16)     /* bytes a writer hashes and writes at once */
 #define HEADER_BYTES 72 /* magic 8, version 4, flags 4, two identities 16, eight counts 32, data length 8 */
 
@@ -261,7 +267,8 @@ typedef struct {
 /* The body after the header, in its order: ids [pos] i32, logits
  * [vocab] f32 when has_logits, per layer the window ring's used rows and, for a kv source, its
  * closed compressed rows and index-key rows (packed rows as the session holds them) and its
- * compressor tail, then the shared topk [rows][width] i32 and candidate blocks [rows][kb] i32.
+ * compressor tail, then (version 2) the last call's topk [rows][width] i32 and candidate blocks
+ * [rows][kb] i32.
  * Writes s (st->f), or checks that the file holds it (apply 0) or reads it into s (apply 1,
  * after session_clear). */
 static int walk_state(stream *st, dsv41_session *s, const counts *k, int apply) {
@@ -279,18 +286,16 @@ static int walk_state(stream *st, dsv41_session *s, const counts *k, int apply) 
             walk_array(st, L->kv_state, ratio * hd, 4, apply) || walk_array(st, L->score_state, ratio * hd, 4, apply))
             return -1;
     }
-    size_t nt = (size_t)k->topk_rows * (size_t)k->topk_width;
-    if (walk_array(st, s->shared.topk, nt, 4, apply)) return -1;
-    /* the blocks each row keeps, as the session holds them (a mask of every entry would grow
-     * with the square of the prompt); checked before a load applies them */
-    if (!k->cand_rows) return 0;
-    int32_t kb = cand_blocks(c, k->cand_width), *row = st->f || apply ? NULL : malloc((size_t)(kb > 0 ? kb : 1) * sizeof *row);
-    if (!st->f && !apply && !row) return set_error("session: out of memory");
+    /* a version 2 file's top-k and candidate blocks (a version 3 file and a writer have none):
+     * checked to be there and, the blocks, to be blocks an indexer leaves; never applied */
+    size_t nt = (size_t)k->topk_rows * (size_t)k->topk_width, kb = k->cand_rows ? (size_t)cand_blocks(c, k->cand_width) : 0;
+    if (walk_bytes(st, NULL, 4 * nt, 0)) return -1;
+    if (apply || !k->cand_rows) return walk_bytes(st, NULL, 4 * (size_t)k->cand_rows * kb, 0);
+    int32_t *row = malloc((kb > 0 ? kb : 1) * sizeof *row);
+    if (!row) return set_error("session: out of memory");
     int rc = 0;
-    for (int32_t r = 0; rc == 0 && r < k->cand_rows; r++) {
-        int32_t *kept = row ? row : s->shared.cand + (size_t)r * kb;
-        rc = walk_array(st, kept, (size_t)kb, 4, 1) || (!st->f && check_blocks(c, kept, kb, k->cand_width)) ? -1 : 0;
-    }
+    for (int32_t r = 0; rc == 0 && r < k->cand_rows; r++)
+        rc = walk_array(st, row, kb, 4, 1) || check_blocks(c, row, (int32_t)kb, k->cand_width) ? -1 : 0;
     free(row);
     return rc;
 }
@@ -321,8 +326,7 @@ static int write_file(const dsv41_session *s, FILE *f, const void *data, size_t 
     const shared_slots *sh = &s->shared;
     stream stb = {.f = f, .hs = hash_start(), .buf = malloc(BUF)}, *st = &stb;
     if (!st->buf) return -1;
-    counts k = {s->pos, s->has_logits, slot_layer(s, sh->compress_kv, 0), slot_layer(s, sh->index_k, 1),
-                sh->topk_rows, sh->topk_width, sh->cand_rows, sh->cand_width};
+    counts k = {s->pos, s->has_logits, slot_layer(s, sh->compress_kv, 0), slot_layer(s, sh->index_k, 1), 0, 0, 0, 0};
     uint8_t h[HEADER_BYTES];
     memcpy(h, MAGIC, 8);
     put_u32(h + 8, VERSION);
@@ -387,25 +391,27 @@ static int32_t last_layer(const config *c, int kv, int32_t pos) {
 }
 
 /* 0 when the header's counts are those a session of s's model can have at the position, else
- * -1 after a message. The shared slots are what the last call left: its last indexer's top-k
+ * -1 after a message. compress_kv names the last kv source; only the index-key slot depends on
+ * older calls, so it is checked to name a kv source. A version 3 file has no top-k or candidate
+ * rows. A version 2 file has what the last call left: its last indexer's top-k
  * [T][min(index_topk, pos / ratio)] and the candidate layer's mask [T][pos / ratio], T being 1
- * (a decode or append) or pos (a prefill); compress_kv names the last kv source. Only the
- * index-key slot depends on older calls, so it is checked to name a kv source. These checks keep
- * a crafted file (the checksum is no signature) from sizing a later call's reads. */
-static int check_counts(const dsv41_session *s, const counts *k, const char *path) {
+ * (a decode or append) or pos (a prefill). These checks keep a crafted file (the checksum is no
+ * signature) from sizing what a load reads. */
+static int check_counts(const dsv41_session *s, const counts *k, uint32_t version, const char *path) {
     const config *c = &s->m->cfg;
     int32_t pos = k->pos, pub = last_layer(c, 0, pos), cl = c->candidate_source_layer, kv = pos ? last_layer(c, 1, pos) : -1;
     if (pos < 0 || pos > c->max_seq_len || (k->has_logits != 0 && k->has_logits != (pos > 0)))
         return set_error("session: %s: bad position %d or logits flag %d", path, pos, k->has_logits);
-    int cand = pub >= 0 && cl >= 0 && cl < c->n_layers && c->is_index_source[cl] && c->compress_ratio[cl] > 0 &&
+    int rows_kept = version == VERSION_ROWS && pub >= 0; /* version 2, where an indexer has scored */
+    int cand = rows_kept && cl >= 0 && cl < c->n_layers && c->is_index_source[cl] && c->compress_ratio[cl] > 0 &&
                pos / c->compress_ratio[cl] > 0;
-    int32_t rows = pub < 0 ? 0 : k->topk_rows, topk = pub < 0 ? 0 : pos / c->compress_ratio[pub];
+    int32_t rows = rows_kept ? k->topk_rows : 0, topk = rows_kept ? pos / c->compress_ratio[pub] : 0;
     if (topk > c->index_topk) topk = c->index_topk;
     if (k->kv_layer != kv || k->ik_layer < -1 || k->ik_layer >= c->n_layers || (k->ik_layer >= 0 && !c->is_kv_source[k->ik_layer]) ||
         (pos == 0 && k->ik_layer != -1))
         return set_error("session: %s: its shared slots name layers %d and %d, which this model cannot have there", path,
                          k->kv_layer, k->ik_layer);
-    if (k->topk_rows != rows || (pub >= 0 && rows != 1 && rows != pos) || k->topk_width != topk ||
+    if (k->topk_rows != rows || (rows_kept && rows != 1 && rows != pos) || k->topk_width != topk ||
         k->cand_rows != (cand ? rows : 0) || k->cand_width != (cand ? pos / c->compress_ratio[cl] : 0))
         return set_error("session: %s: its shared slots are not what position %d leaves", path, pos);
     return 0;
@@ -433,9 +439,10 @@ int session_file_load(dsv41_session *s, const char *path, const uint8_t *buf, si
     void *copy = NULL;
     if (n == 0) { set_error("session: %s: the file is empty", path); goto out; }
     if (n < 8 || memcmp(buf, MAGIC, 8)) { set_error("session: %s: not a dsv41 session file", path); goto out; }
-    if (n >= 16 && (get_u32(buf + 8) != VERSION || get_u32(buf + 12) != 0)) {
-        set_error("session: %s: format version %u (flags %u); this build reads version %u", path, get_u32(buf + 8),
-                  get_u32(buf + 12), VERSION);
+    uint32_t version = n >= 16 ? get_u32(buf + 8) : 0;
+    if (n >= 16 && ((version != VERSION && version != VERSION_ROWS) || get_u32(buf + 12) != 0)) {
+        set_error("session: %s: format version %u (flags %u); this build reads versions %u and %u", path, version,
+                  get_u32(buf + 12), VERSION_ROWS, VERSION);
         goto out;
     }
     if (n < HEADER_BYTES + 8) { set_error("session: %s: truncated (%zu bytes)", path, n); goto out; }
@@ -449,7 +456,7 @@ int session_file_load(dsv41_session *s, const char *path, const uint8_t *buf, si
     k = (counts){v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
     uint64_t dn = load_le64(buf + 64);
     st.at = HEADER_BYTES;
-    if (check_counts(s, &k, path)) goto out;
+    if (check_counts(s, &k, version, path)) goto out;
     /* every count is now bounded by the model (rows <= max_seq_len, widths <= max_seq_len), so
      * no product below overflows */
     size_t state_end = 0;
@@ -463,10 +470,7 @@ int session_file_load(dsv41_session *s, const char *path, const uint8_t *buf, si
         set_error("session: %s: a top-k entry points outside the cache", path);
         goto out;
     }
-    if ((data && dn && !(copy = malloc(dn))) || session_reserve(s, k.pos) ||
-        buffer_grow((void **)&s->shared.topk, &s->shared.topk_cap, nt) ||
-        buffer_grow((void **)&s->shared.cand, &s->shared.cand_cap,
-                    (size_t)k.cand_rows * (k.cand_rows ? cand_blocks(c, k.cand_width) : 0) * sizeof *s->shared.cand)) {
+    if ((data && dn && !(copy = malloc(dn))) || session_reserve(s, k.pos)) {
         set_error("session: %s: out of memory", path);
         goto out;
     }
@@ -484,10 +488,6 @@ int session_file_load(dsv41_session *s, const char *path, const uint8_t *buf, si
     s->has_logits = k.has_logits;
     s->shared.compress_kv = k.kv_layer >= 0 ? s->layers[k.kv_layer].ckv : NULL;
     s->shared.index_k = k.ik_layer >= 0 ? s->layers[k.ik_layer].ik : NULL;
-    s->shared.topk_rows = k.topk_rows;
-    s->shared.topk_width = k.topk_width;
-    s->shared.cand_rows = k.cand_rows;
-    s->shared.cand_width = k.cand_width;
     if (data) {
         if (dn) memcpy(copy, buf + st.at, dn);
         *data = copy;

@@ -160,9 +160,8 @@ static int64_t seq_tile(const batch_seq *sq, const dsv41_trace *tr) {
  * T - W - (n_layers - 1 - l)(W - 1), and the first layer past `full` keeps
  * W + (D - 1)(W - 1) rows of D trimmed layers. Every row each layer computes is what the whole
  * call computes for it (the tiles' rule), so the results are the same bits. The published top-k
- * of a row is then the one of the last index source that computed the row: a slot of the call
- * that no later call reads (every compressed layer has an index source of its own call at or
- * before it). */
+ * of a row is then the one of the last index source that computed the row: a slot of the call,
+ * dropped when it ends (session_end_call). */
 static int32_t last_full_layer(const config *c) {
     int32_t full = c->candidate_source_layer;
     for (int32_t l = 0; l < c->n_layers; l++)
@@ -233,13 +232,13 @@ static void layer_tiles(const batch_seq *seq, int32_t count, int32_t l, const ca
  * cancel request between layers and, when asked, empties the session and returns -1; a
  * one-token call after it runs whole (stopping inside it would leave its layers out of step).
  *
- * A long prefill keeps only its residual stream (and the shared top-k and candidate rows) for
- * all of its rows: each layer works through the rows a tile at a time, in order, so what a row
- * reads of the rows before it (the window ring, the compressed caches, the index keys) is
- * already written, and every row computes exactly what the whole call would. Between layers
- * the stream is bf16, as the reference keeps it (every block ends in a bf16 rounding), so it is
- * stored as bf16 there; the first layer's tiles take their rows from the embedding. A batch
- * does the same, its sessions' tiles side by side (layer_tiles). */
+ * A long prefill keeps only its residual stream (and the shared top-k and candidate rows, until
+ * its layers are done) for all of its rows: each layer works through the rows a tile at a time,
+ * in order, so what a row reads of the rows before it (the window ring, the compressed caches,
+ * the index keys) is already written, and every row computes exactly what the whole call would.
+ * Between layers the stream is bf16, as the reference keeps it (every block ends in a bf16
+ * rounding), so it is stored as bf16 there; the first layer's tiles take their rows from the
+ * embedding. A batch does the same, its sessions' tiles side by side (layer_tiles). */
 static int forward_rows(const batch_seq *seq, int32_t count, int64_t T, const int32_t *const *ids,
                         float *const *logits, int all, dsv41_trace *tr) {
     DSV41_ASSERT(batch_valid(seq, count));
@@ -287,6 +286,7 @@ static int forward_rows(const batch_seq *seq, int32_t count, int64_t T, const in
         for (int32_t i = 0; i < count; i++)
             if (seq[i].s->progress) seq[i].s->progress(seq[i].s->progress_ctx, l + 1, c->n_layers);
     }
+    for (int32_t i = 0; i < count; i++) session_end_call(seq[i].s); /* no later call reads the call's rows */
     /* the head runs over the rows wanted, a tile of them at a time: sampling needs only each
      * session's last position; a trace or `all` asks for every one, a session without logits
      * for none. Session i's wanted rows are rows [wrow[i], wrow[i] + n_i) of the R wanted. */

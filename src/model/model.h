@@ -209,17 +209,24 @@ static inline size_t window_row_bytes(const config *c) { return fp8_row_bytes((s
 static inline size_t ckv_row_bytes(const config *c) { return fp4_row_bytes((size_t)c->head_dim, FP4_E4M3_BLOCK); }
 static inline size_t ik_row_bytes(const config *c) { return fp4_row_bytes((size_t)c->index_head_dim, FP4_E8M0_BLOCK); }
 
-/* The slots source layers publish and later layers read. They survive across calls: a decode
- * step that closes no group reads index keys published by a later layer in an earlier call. */
+/* The slots source layers publish and later layers read. The two that point into the caches
+ * survive across calls: a decode step that closes no group reads index keys published by a
+ * later layer in an earlier call. The top-k and candidate rows (one per row of the call) are
+ * read only by the layers after their source in the same call, which always run after it (every
+ * compressed layer has an index source at or before it, of its own ratio: config.c), so they
+ * are dropped when the call's layers are done (session_end_call): a prefill of T rows would
+ * otherwise leave T rows of them (10 KB a row at V4.1-Flash's geometry) in the session, its
+ * copies and its files. The reference keeps them in module globals, so its traces show the
+ * candidates of an earlier call before this call's source runs (golden_check.c). */
 typedef struct {
     const uint8_t *compress_kv;             /* -> a kv source's ckv */
     const uint8_t *index_k;                 /* -> a kv source's ik */
     int32_t *topk;                          /* [topk_rows][topk_width] offset indices, -1 unused */
-    int32_t topk_rows, topk_width;
+    int32_t topk_rows, topk_width;          /* 0 between calls */
     int32_t *cand;                          /* [cand_rows][cand_blocks()] the blocks of a keep mask of
                                              * [cand_rows][cand_width] entries, ascending, -1 after */
-    int32_t cand_rows, cand_width;
-    size_t topk_cap, cand_cap;
+    int32_t cand_rows, cand_width;          /* 0 between calls */
+    size_t topk_cap, cand_cap;              /* bytes allocated at topk and cand */
 } shared_slots;
 
 struct dsv41_session {
@@ -261,6 +268,9 @@ int forward_check(dsv41_session *s, const int32_t *ids, int32_t n);
  * session's call passed forward_check. */
 int forward_verify(dsv41_session *const *s, const int32_t *const *ids, const int32_t *n, int32_t count, float *const *logits);
 
+/* Ends s's part of a call: its top-k and candidate rows are emptied, and their buffers freed
+ * unless small (session.c), so no later call reads them and a session holds only its caches. */
+void session_end_call(dsv41_session *s);
 /* Empties s to position 0 as a new session is. Compressed rows are zeroed up to position reach
  * only: rows past the closed groups of every position a call reached are zero already. */
 void session_clear(dsv41_session *s, int32_t reach);

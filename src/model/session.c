@@ -24,6 +24,12 @@
  * and the weights are read once per tile, which costs little past a few hundred rows. */
 #define PREFILL_TILE 512
 
+/* The bytes of top-k or candidate rows a session keeps allocated between calls
+ * (session_end_call): a decode step takes 2 KB of top-k and 8 KB of candidate blocks at
+ * V4.1-Flash's geometry, a verify of a few dozen rows some 64 KB, so those steps reuse their
+ * buffers; a prefill's rows (10 KB each there) are given back when its call ends. */
+#define SLOT_KEEP_BYTES (64 << 10)
+
 /* Compressed rows a kv-source layer of ratio `ratio` has closed at position pos. */
 static size_t closed_groups(int32_t pos, int32_t ratio) { return (size_t)(pos / ratio); }
 
@@ -44,7 +50,22 @@ void session_clear(dsv41_session *s, int32_t reach) {
     s->pos = 0;
     s->has_logits = 0;
     s->shared.compress_kv = s->shared.index_k = NULL;
-    s->shared.topk_rows = s->shared.topk_width = s->shared.cand_rows = s->shared.cand_width = 0;
+    session_end_call(s);
+}
+
+/* *p (capacity *cap bytes) freed when it is larger than SLOT_KEEP_BYTES */
+static void slot_trim(int32_t **p, size_t *cap) {
+    if (*cap <= SLOT_KEEP_BYTES) return;
+    free(*p);
+    *p = NULL;
+    *cap = 0;
+}
+
+void session_end_call(dsv41_session *s) {
+    shared_slots *sh = &s->shared;
+    sh->topk_rows = sh->topk_width = sh->cand_rows = sh->cand_width = 0;
+    slot_trim(&sh->topk, &sh->topk_cap);
+    slot_trim(&sh->cand, &sh->cand_cap);
 }
 
 int session_run(dsv41_session *const *s, int32_t count, void (*fn)(void *ctx), void *ctx) {
@@ -166,24 +187,11 @@ int32_t slot_layer(const dsv41_session *s, const uint8_t *p, int index_keys) {
     return -1;
 }
 
-/* n bytes of src into *dst, growing it (capacity *cap) when needed */
-static int copy_grow(void **dst, size_t *cap, const void *src, size_t n) {
-    if (buffer_grow(dst, cap, n)) return -1;
-    if (n) memcpy(*dst, src, n);
-    return 0;
-}
-
 int dsv41_session_copy(dsv41_session *dst, const dsv41_session *src) {
     const config *c = &src->m->cfg;
     if (dst->m != src->m) return set_error("session: a copy needs two sessions of one model");
     if (dst == src) return 0;
     if (session_reserve(dst, src->pos)) return -1;
-    shared_slots *dsh = &dst->shared;
-    const shared_slots *ssh = &src->shared;
-    if (copy_grow((void **)&dsh->topk, &dsh->topk_cap, ssh->topk, (size_t)ssh->topk_rows * ssh->topk_width * sizeof *ssh->topk) ||
-        copy_grow((void **)&dsh->cand, &dsh->cand_cap, ssh->cand,
-                  (size_t)ssh->cand_rows * cand_blocks(c, ssh->cand_width) * sizeof *ssh->cand))
-        return set_error("out of memory copying a session");
     session_clear(dst, dst->pos);
     for (int32_t l = 0; l < c->n_layers; l++) {
         layer_state *d = &dst->layers[l];
@@ -202,13 +210,11 @@ int dsv41_session_copy(dsv41_session *dst, const dsv41_session *src) {
     memcpy(dst->logits, src->logits, (size_t)c->vocab_size * sizeof *src->logits);
     dst->has_logits = src->has_logits;
     dst->pos = src->pos;
-    int32_t lk = slot_layer(src, ssh->compress_kv, 0), li = slot_layer(src, ssh->index_k, 1);
-    dsh->compress_kv = lk >= 0 ? dst->layers[lk].ckv : NULL;
-    dsh->index_k = li >= 0 ? dst->layers[li].ik : NULL;
-    dsh->topk_rows = ssh->topk_rows;
-    dsh->topk_width = ssh->topk_width;
-    dsh->cand_rows = ssh->cand_rows;
-    dsh->cand_width = ssh->cand_width;
+    /* the slots that point into the caches, told by layer; the per-call rows are empty between
+     * calls (session_end_call), in both */
+    int32_t lk = slot_layer(src, src->shared.compress_kv, 0), li = slot_layer(src, src->shared.index_k, 1);
+    dst->shared.compress_kv = lk >= 0 ? dst->layers[lk].ckv : NULL;
+    dst->shared.index_k = li >= 0 ? dst->layers[li].ik : NULL;
     lead_session_copy(dst, src);
     return 0;
 }

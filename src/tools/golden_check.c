@@ -93,8 +93,23 @@ static double *merge(dsv41_trace **tr, int32_t B, const char *name, int32_t *ndi
     return v;
 }
 
-static int run_regime(const char *regime, const json *R, dsv41_session **ss, dsv41_trace **tr, int32_t B,
-                      FILE *report, int32_t *passed, int32_t *failed) {
+/* A golden capture shared.L{l}.candidates of a layer before the candidate source is the
+ * reference's slot as an earlier call left it: it keeps the slots in module globals (GOLDEN.md),
+ * where the engine drops a call's candidates when its layers are done (model.h). So it is what
+ * the engine recorded after the candidate source in the previous call, in prev, merged as merge
+ * does; NULL for any other name. */
+static double *earlier_candidates(const dsv41_model *m, dsv41_trace **prev, int32_t B, const char *name, int32_t *ndim,
+                                  int64_t *shape) {
+    int32_t l, end = 0, cs = m->cfg.candidate_source_layer;
+    if (sscanf(name, "shared.L%d.candidates%n", &l, &end) != 1 || name[end] || l >= cs) return NULL;
+    char src[64];
+    snprintf(src, sizeof src, "shared.L%d.candidates", cs);
+    return merge(prev, B, src, ndim, shape);
+}
+
+/* One regime's call on each session, its captures in tr (those of the regime before in prev) */
+static int run_regime(const char *regime, const json *R, const dsv41_model *m, dsv41_session **ss, dsv41_trace **tr,
+                      dsv41_trace **prev, int32_t B, FILE *report, int32_t *passed, int32_t *failed) {
     if (!R || R->type != JSON_OBJ) return set_error("golden: regime '%s' is missing or not an object", regime);
     const json *ic = json_get(R, "input_ids"), *sh = json_get(ic, "shape"), *data = json_get(ic, "data"),
                *st = json_get(ic, "stride");
@@ -123,6 +138,7 @@ static int run_regime(const char *regime, const json *R, dsv41_session **ss, dsv
         int32_t ndim;
         int64_t shape[6];
         double *got = merge(tr, B, name, &ndim, shape);
+        if (!got) got = earlier_candidates(m, prev, B, name, &ndim, shape);
         if (!got) {
             fprintf(report, "FAIL %s %s: the model produces no such capture\n", regime, name);
             (*failed)++;
@@ -151,10 +167,10 @@ int dsv41_golden_check(const dsv41_golden *g, const dsv41_model *m, FILE *report
     if (regimes && regimes->type != JSON_ARR) return set_error("golden: fixture regimes must be a list");
     *passed = *failed = 0;
     dsv41_session **ss = calloc((size_t)B, sizeof *ss);
-    dsv41_trace **tr = calloc((size_t)B, sizeof *tr);
-    int rc = ss && tr ? 0 : set_error("out of memory");
+    dsv41_trace **tr = calloc((size_t)B, sizeof *tr), **prev = calloc((size_t)B, sizeof *prev);
+    int rc = ss && tr && prev ? 0 : set_error("out of memory");
     for (int32_t b = 0; rc == 0 && b < B; b++)
-        if (!(ss[b] = dsv41_session_new(m)) || !(tr[b] = dsv41_trace_new())) rc = -1;
+        if (!(ss[b] = dsv41_session_new(m)) || !(tr[b] = dsv41_trace_new()) || !(prev[b] = dsv41_trace_new())) rc = -1;
     /* regimes run in the fixture's order; without a list, every top-level key but the two headers */
     size_t n = regimes ? regimes->len : golden_root(g)->len;
     for (size_t i = 0; rc == 0 && i < n; i++) {
@@ -166,14 +182,19 @@ int dsv41_golden_check(const dsv41_golden *g, const dsv41_model *m, FILE *report
             name = golden_root(g)->keys[i];
             if (!strcmp(name, "fixture") || !strcmp(name, "weights_meta")) continue;
         }
-        rc = run_regime(name, json_get(golden_root(g), name), ss, tr, B, report, passed, failed);
+        rc = run_regime(name, json_get(golden_root(g), name), m, ss, tr, prev, B, report, passed, failed);
+        dsv41_trace **t = prev; /* this regime's captures are the next one's earlier call */
+        prev = tr;
+        tr = t;
     }
     if (rc == 0 && *passed + *failed == 0) rc = set_error("golden: it holds no captures to check"); /* a vacuous pass */
     for (int32_t b = 0; b < B; b++) {
         if (ss) dsv41_session_free(ss[b]);
         if (tr) dsv41_trace_free(tr[b]);
+        if (prev) dsv41_trace_free(prev[b]);
     }
     free(ss);
     free(tr);
+    free(prev);
     return rc;
 }
