@@ -2,6 +2,9 @@
  * split, each against values pinned by GOLDEN.md or recorded from torch. */
 #include <math.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
 #include "model.h"
 #include "numerics.h"
@@ -90,7 +93,7 @@ static void test_packed(void) {
     float x[N], f[N], y[N];
     uint8_t row[N + N / 32];
     uint32_t seed = 7;
-    int same[3] = {1, 1, 1};
+    int same[3] = {1, 1, 1}, daz[3] = {1, 1, 1};
     for (int trial = 0; trial < 300; trial++) {
         float mag = 1.0f;
         for (int i = 0; i < N; i++) {
@@ -106,11 +109,23 @@ static void test_packed(void) {
             if (k == 1) fp4_fake_quant_e8m0(f, N, 32), fp4_pack_e8m0(x, N, row), fp4_unpack_e8m0(row, N, y);
             if (k == 2) fp4_fake_quant_e4m3(f, N, 16), fp4_pack_e4m3(x, N, row), fp4_unpack_e4m3(row, N, y);
             same[k] &= !memcmp(f, y, sizeof f);
+#if defined(__x86_64__)
+            /* a thread with denormals-are-zero (MXCSR.DAZ, as code built with -ffast-math sets it)
+             * unpacks the same values: no value goes through a subnormal on the way */
+            unsigned csr = _mm_getcsr();
+            _mm_setcsr(csr | 0x0040);
+            if (k == 0) fp8_unpack(row, N, y);
+            if (k == 1) fp4_unpack_e8m0(row, N, y);
+            if (k == 2) fp4_unpack_e4m3(row, N, y);
+            _mm_setcsr(csr);
+            daz[k] &= !memcmp(f, y, sizeof f);
+#endif
         }
     }
     CHECK(same[0], "an fp8 row unpacks to the fp8 fake quant's values, bit for bit");
     CHECK(same[1], "an fp4 row with ue8m0 scales unpacks to its fake quant's values, bit for bit");
     CHECK(same[2], "an fp4 row with e4m3 scales unpacks to its fake quant's values, bit for bit");
+    CHECK(daz[0] && daz[1] && daz[2], "the three unpack to the same values with denormals-are-zero set");
     CHECK(fp8_row_bytes(512) == 528 && fp4_row_bytes(512, 16) == 288 && fp4_row_bytes(128, 32) == 68,
           "V4.1-Flash's rows: 528, 288 and 68 bytes");
     memset(x, 0, sizeof x);

@@ -100,30 +100,25 @@ void fp4_fake_quant_e4m3(float *x, size_t n, size_t block) {
  * bf16 (at most 3 significant bits times a power of two, or 2 times 4), so unpacking gives the
  * fake-quantized values bit for bit. Unpacking is on the decode path (every index key a step
  * scores), so it works on 16 codes at a time in vectors and rebuilds each value from its fields
- * instead of a table: an e4m3 code's exponent and mantissa shifted into an f32's and scaled by
- * 2^120, an e2m1 code's likewise by 2^126, are exact for the subnormal codes too. */
+ * instead of a table: a code's magnitude as an integer, converted, is exact for the subnormal
+ * codes too. */
 typedef uint8_t u8x8 __attribute__((vector_size(8)));
 typedef uint8_t u8x16 __attribute__((vector_size(16)));
-typedef int32_t i32x16 __attribute__((vector_size(64)));
 
-/* 16 e4m3 codes times s -> y [16] (codes 0x7F and 0xFF: NaN) */
+/* 16 e4m3 codes times s -> y [16] (codes 0x7F and 0xFF: NaN): 2^9 times the code's magnitude
+ * as an integer (m, or (8 + m) << (e - 1)), converted and scaled by 2^-9 exactly, the code's
+ * sign, then times s; from integers, as e2m1_decode16, for threads with denormals-are-zero */
 static inline void e4m3_unpack16(const uint8_t *q, float s, float *y) {
     u8x16 c;
     memcpy(&c, q, sizeof c);
-    u32x16 w = __builtin_convertvector(c, u32x16), nan = (u32x16)((i32x16)(w & 0x7F) == 0x7F), u = (w & 0x80) << 24 | (w & 0x7F) << 20;
-    v16 v;
-    memcpy(&v, &u, sizeof v);
-    v *= 0x1p120f;
+    u32x16 w = __builtin_convertvector(c, u32x16), nan = (u32x16)((w & 0x7F) == 0x7F), e = w >> 3 & 15, m = w & 7;
+    u32x16 sub = (u32x16)(e == 0), u;
+    v16 v = __builtin_convertvector((i32x16)((m & sub) | ((8 | m) << ((e - 1) & 15) & ~sub)), v16) * 0x1p-9f;
     memcpy(&u, &v, sizeof u);
-    u = (u & ~nan) | (nan & 0x7FC00000u);
+    u = ((u | (w & 0x80) << 24) & ~nan) | (nan & 0x7FC00000u);
     memcpy(&v, &u, sizeof v);
     v *= s;
     memcpy(y, &v, sizeof v);
-}
-
-static inline float e4m3_value(uint8_t q) {
-    float v = bits_f32((uint32_t)(q & 0x80) << 24 | (uint32_t)(q & 0x7F) << 20) * 0x1p120f;
-    return (q & 0x7F) == 0x7F ? NAN : v;
 }
 
 /* 16 e2m1 codes of 8 bytes (the even element low) times s -> y [16] */
@@ -186,7 +181,7 @@ void fp4_pack_e4m3(const float *x, size_t n, uint8_t *row) {
 
 void fp4_unpack_e4m3(const uint8_t *row, size_t n, float *y) {
     for (size_t b = 0; b < n; b += FP4_E4M3_BLOCK)
-        fp4_unpack_block(row, b, FP4_E4M3_BLOCK, e4m3_value(row[n / 2 + b / FP4_E4M3_BLOCK]), y);
+        fp4_unpack_block(row, b, FP4_E4M3_BLOCK, e4m3_to_f32(row[n / 2 + b / FP4_E4M3_BLOCK]), y);
 }
 
 #define GOLD 0x9E3779B97F4A7C15ULL

@@ -70,6 +70,7 @@ static inline uint16_t f32_to_bf16(float x) {
 static inline float bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
 static inline float bf16_round(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 typedef uint32_t u32x16 __attribute__((vector_size(64)));
+typedef int32_t i32x16 __attribute__((vector_size(64)));
 /* bf16_round on 16 lanes in place, the same bits: NaNs keep their sign and high payload and become
  * quiet, the rest round to nearest even */
 static inline __attribute__((always_inline)) void bf16_round16(v16 *x) {
@@ -82,13 +83,17 @@ static inline __attribute__((always_inline)) void bf16_round16(v16 *x) {
 /* bf16_round over x [n] in place, 4 at a time in vectors the compiler maps to SSE2 or NEON */
 void bf16_round_n(float *x, int64_t n);
 
-/* 16 e2m1 codes (in the low 4 bits of each lane of w) times the lanes of s -> y: the code's sign
- * and its exponent and mantissa shifted into an f32's, scaled by 2^126 (exact for the subnormal
- * codes too), then by s */
+/* 16 e2m1 codes (in the low 4 bits of each lane of w) times the lanes of s -> y: twice the code's
+ * magnitude as an integer (m, or (2 + m) << (e - 1)), converted and halved exactly, the code's
+ * sign, then times s. Built from integers rather than from an f32's fields shifted into place:
+ * 0.5 would be a subnormal pattern, which a thread with denormals-are-zero reads as 0. */
 static inline __attribute__((always_inline)) void e2m1_decode16(const u32x16 *w, const v16 *s, v16 *y) {
-    u32x16 u = (*w & 8) << 28 | (*w & 7) << 22;
-    memcpy(y, &u, sizeof *y);
-    *y = *y * 0x1p126f * *s;
+    u32x16 e = *w >> 1 & 3, m = *w & 1, sub = (u32x16)(e == 0), u;
+    *y = __builtin_convertvector((i32x16)((m & sub) | ((2 | m) << ((e - 1) & 3) & ~sub)), v16) * 0.5f;
+    memcpy(&u, y, sizeof u);
+    u |= (*w & 8) << 28;
+    memcpy(y, &u, sizeof u);
+    *y *= *s;
 }
 
 /* ---- fp8 e4m3fn (bias 7, max 448, no inf, 0x7F/0xFF NaN), RNE, saturating above 448 */

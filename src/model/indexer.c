@@ -172,8 +172,6 @@ typedef struct {
     float *score;              /* [T][width] */
 } score_job;
 
-typedef int32_t i32x16 __attribute__((vector_size(64)));
-
 /* the index scores a call holds at most, a row at least: 16 MB (indexer_select) */
 enum { SCORE_FLOATS = 1 << 22 };
 
