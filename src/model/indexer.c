@@ -239,20 +239,10 @@ static inline __attribute__((always_inline)) void score_items(const score_job *j
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx512f"))) static void score_items_avx512(const score_job *j, int64_t b, int64_t e) {
-    score_items(j, b, e);
-}
+__attribute__((target("avx512f"))) static void score_range_avx512(void *ctx, int64_t b, int64_t e) { score_items(ctx, b, e); }
 #endif
 
-static void score_range(void *ctx, int64_t b, int64_t e) {
-#if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx512f")) {
-        score_items_avx512(ctx, b, e);
-        return;
-    }
-#endif
-    score_items(ctx, b, e);
-}
+static void score_range(void *ctx, int64_t b, int64_t e) { score_items(ctx, b, e); }
 
 typedef struct {
     const float *score;     /* [T][width] */
@@ -324,12 +314,16 @@ int32_t indexer_select(const batch_seq *sq, int32_t l, float *q, float *w, const
     int64_t chunk = width > 0 ? SCORE_FLOATS / width : T;
     chunk = chunk < 1 ? 1 : chunk < T ? chunk : T;
     float *score = scratch_f32(chunk * width);
+    void (*range)(void *, int64_t, int64_t) = score_range;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) range = score_range_avx512;
+#endif
     uint8_t *keep = masked ? scratch_bytes((size_t)width) : NULL;
     for (int64_t t0 = 0; t0 < T; t0 += chunk) {
         int64_t n = chunk < T - t0 ? chunk : T - t0;
         score_job sj = {q + t0 * IH * ihd, w + t0 * IH, sh->index_k, visible + t0, n, IH, ihd, width, visible[t0 + n - 1],
                         ik_row_bytes(c), score};
-        pool_run((width + 15) / 16, 2, score_range, &sj);
+        pool_run((width + 15) / 16, 2, range, &sj);
         if (is_source)
             select_candidate_blocks(score, n, width, visible + t0, c->candidate_topk_blocks, c->candidate_block_size,
                                     sh->cand + (at + t0) * kb);
