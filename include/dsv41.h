@@ -128,8 +128,9 @@ int dsv41_session_reset(dsv41_session *s);
  * logits, so that both continue alike. Costs what src's position uses, not the full context. */
 int dsv41_session_copy(dsv41_session *dst, const dsv41_session *src);
 
-/* The model's DSpark drafter (the release's mtp.N stages): the drafts of one block, 0 when the
- * model has none. */
+/* The model's DSpark drafter (the release's mtp.N stages): the most drafts a speculative round
+ * proposes, the drafts of one block (fewer when the window is shorter: a verify's rows fit in one
+ * window), 0 when the model has none. */
 int32_t dsv41_model_draft_size(const dsv41_model *m);
 /* The block the drafter proposes after s's last token, as the release's forward_spec computes it
  * at temperature 0: anchor is the token picked from s's last logits (not fed yet); ids [n] get

@@ -150,7 +150,12 @@ static void stage_forward(const dsv41_model *m, const layer_weights *L, const fl
     scratch_end(mark);
 }
 
-int32_t dsv41_model_draft_size(const dsv41_model *m) { return m->draft ? m->cfg.dspark_block_size : 0; }
+/* the block, or fewer where the window is shorter: a verify feeds the anchor and the drafts as
+ * rows within one window */
+int32_t dsv41_model_draft_size(const dsv41_model *m) {
+    int32_t B = m->cfg.dspark_block_size, W = m->cfg.window_size - 1;
+    return !m->draft ? 0 : B < W ? B : W;
+}
 
 /* A draft's arguments, for session_run */
 typedef struct {

@@ -251,7 +251,6 @@ int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draf
     int32_t B = dsv41_model_draft_size(s->m), ids[MAX_LAYERS], n = n_draft < B ? n_draft : B, next = -1, proposed = 0;
     float conf[MAX_LAYERS];
     if (n_draft < 0) return set_error("speculate: %d drafts", n_draft);
-    if (n > c->window_size - 1) n = c->window_size - 1;
     if (policy && policy->pause > 0) n = 0;
     ids[0] = anchor;
     int32_t pos = s->pos, m = -1;
