@@ -65,8 +65,8 @@ static int run_ids(const gen_opts *o) {
         free(out);
     }
     for (; rc == 0 && o->draft == 0 && done < n_new && !cli_signal; done++) {
-        if (dsv41_apply_penalties(&o->sp, hist, n_ids + (int32_t)done, logits, V)) { rc = fail(dsv41_error()); break; }
-        int32_t next = dsv41_sample(smp, logits);
+        int32_t next = dsv41_sample_pick(smp, logits, hist, n_ids + (int32_t)done, NULL);
+        if (next < 0) { rc = fail(dsv41_error()); break; }
         hist[n_ids + done] = next;
         printf("%s%d", done ? "," : "", next);
         fflush(stdout);
