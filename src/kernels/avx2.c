@@ -462,7 +462,7 @@ INL int fp8_usable(void) { return !(_mm_getcsr() & 0x0040); }
 #define DENSE_NAME avx2_dense
 #define QUANT_NAME avx2_quant
 #define QUANT_TT TT
-#define QUANT_FP8_CHUNK FP8_CHUNK
+#define QUANT_FP8_CHUNK(T) FP8_CHUNK
 #define FP4_GROUP 32
 #include "drivers.h"
 

@@ -185,7 +185,13 @@ typedef struct {
     uint8_t r[FP4_CHUNK / 4];
 } fp4_prep;
 
-enum { FP8V_CHUNK = 64 }; /* blocks of 32 per prepared fp8 chunk: 2048 inputs, 12 KB per token */
+/* Blocks of 32 per prepared fp8 chunk: 2048 inputs, 12 KB per token. Each row of a tile passes
+ * over every token's prepared chunk, so the four digit vectors the main pass reads (8 KB a token)
+ * must stay in L1 from one row to the next: up to 4 tokens they do; more tokens take chunks of
+ * half the size (at full size, 6 to 8 tokens of a 2048-column matrix took half as long again).
+ * One token keeps the long chunk: each pass of a chunk over the rows reads a stripe of every
+ * row, and fewer, longer stripes stream better from memory. */
+enum { FP8V_CHUNK = 64 };
 
 /* fp8 (see the fp8 section), per superblock of 16 blocks: with k = 512x = 8 k' + r, the bytes
  * of k' (low digit first) and r, and those of -k split the same way, in the weights' transposed
@@ -1141,7 +1147,7 @@ INL int fp8_usable(void) { return 1; } /* integers and exact f64: no denormal on
 
 #define DENSE_NAME avx512_dense
 #define QUANT_NAME avx512_quant_tiles
-#define QUANT_FP8_CHUNK FP8V_CHUNK
+#define QUANT_FP8_CHUNK(T) ((T) <= 4 ? FP8V_CHUNK : FP8V_CHUNK / 2)
 #define FP4_GROUP 64
 #include "drivers.h"
 

@@ -5,8 +5,8 @@
  * compiles under each file's target attributes with that file's pieces. Each defines before
  * including: TGT, DENSE_NAME and QUANT_NAME (the functions to define), QUANT_TT (tokens per quant
  * tile, TT or more: the tiles take 1 to 3 as constants, TT itself where QUANT_TT is TT, else
- * their token count as it comes), QUANT_FP8_CHUNK (blocks
- * per prepared fp8 chunk), FP4_GROUP (weight bytes per fp4 group), fp8_usable() (whether the
+ * their token count as it comes), QUANT_FP8_CHUNK(T) (blocks
+ * per prepared fp8 chunk for a call of T tokens), FP4_GROUP (weight bytes per fp4 group), fp8_usable() (whether the
  * fp8 tile may run in the current floating-point state), dense_tile, prep_u, fp4_prepare,
  * fp8_prepare, scales4, fp4_tile, fp8_tile, load_rows and store_rows.
  *
@@ -103,7 +103,7 @@ TGT static void QUANT_NAME(const weight *w, int64_t r0, int64_t r1, const float 
         return;
     }
     const int64_t cols = w->cols, nb = (cols + 31) / 32, rowbytes = fp4 ? (cols + 1) / 2 : cols;
-    const int64_t chunk = fp4 ? FP4_CHUNK : QUANT_FP8_CHUNK, bpb = fp4 ? 16 : 32; /* weight bytes per block */
+    const int64_t chunk = fp4 ? FP4_CHUNK : QUANT_FP8_CHUNK(T), bpb = fp4 ? 16 : 32; /* weight bytes per block */
     /* prefetch distance: the same bytes of a later tile's rows, at least 4 KB ahead (short rows,
      * as in an expert's down projection, otherwise prefetch too late to hide the memory latency) */
     const int64_t tile = RT * rowbytes, pfd = tile * ((4096 + tile - 1) / tile), ahead = pfd / rowbytes;
