@@ -345,9 +345,13 @@ done
     bad "run --draft reports its drafts"
 expect_error "run --draft 65" "$dsv41" run --ids 2 --draft 65
 out=$("$dsv41" bench -m "$tmp/ds" -t 1 --draft 3 --json 2>/dev/null)
-printf '%s' "$out" | python3 -c 'import json, sys; p = json.load(sys.stdin)["speculative"]
+# the bytes bound: a verify of 4 rows reads more than one step and less than four, a draft some,
+# and the bound is 4 steps' bytes over theirs
+printf '%s' "$out" | python3 -c 'import json, sys; j = json.load(sys.stdin); p = j["speculative"]; b = j["decode"]["bytes_per_token"]
 sys.exit(not (p["draft"] == 3 and p["verify_rows_cost"] > 0 and p["drafter_cost"] > 0 and p["accept_all_tokens_per_s"] > 0
-              and p["speedup_accept_all"] > 0 and 0 <= p["own_acceptance"] <= 1 and p["own_policy_tokens_per_s"] > 0))' &&
+              and p["speedup_accept_all"] > 0 and 0 <= p["own_acceptance"] <= 1 and p["own_policy_tokens_per_s"] > 0
+              and b < p["verify_bytes"] < 4 * b and p["draft_bytes"] > 0
+              and abs(p["bytes_bound_speedup"] - 4 * b / (p["verify_bytes"] + p["draft_bytes"])) < 1e-3))' &&
     ok || bad "bench --draft 3 --json: '$out'"
 
 finish

@@ -150,6 +150,28 @@ static void stage_forward(const dsv41_model *m, const layer_weights *L, const fl
     scratch_end(mark);
 }
 
+/* main_proj once (the taps of every row since the last draft in one pass); per stage its dense
+ * matrices and the experts the block's rows reach; the block's embedding rows, the head, and
+ * per draft a Markov embedding row, a pass of the Markov head and the confidence row. */
+double dspark_draft_bytes(const dsv41_model *m, int32_t n) {
+    const config *c = &m->cfg;
+    const dspark_weights *dw = m->draft;
+    if (!dw) return 0.0;
+    double b = (double)weight_bytes(&dw->main_proj) + (double)weight_bytes(&m->head) +
+               (double)c->dspark_block_size * (double)(weight_bytes(&m->embed) / (size_t)c->vocab_size) +
+               (double)n * ((double)(weight_bytes(&dw->markov_embed) / (size_t)c->vocab_size) +
+                            (double)weight_bytes(&dw->markov_head) + (double)weight_bytes(&dw->confidence));
+    for (int32_t st = 0; st < c->n_mtp_layers; st++) {
+        const layer_weights *L = &dw->stages[st];
+        const weight *dense[32];
+        int k = layer_dense_weights(L, dense);
+        for (int i = 0; i < k; i++) b += (double)weight_bytes(dense[i]);
+        b += model_experts_reached(c->dspark_n_experts, c->dspark_n_activated, c->dspark_block_size) *
+             (double)(weight_bytes(&L->w1[0]) + weight_bytes(&L->w2[0]) + weight_bytes(&L->w3[0]));
+    }
+    return b;
+}
+
 /* the block, or fewer where the window is shorter: a verify feeds the anchor and the drafts as
  * rows within one window */
 int32_t dsv41_model_draft_size(const dsv41_model *m) {

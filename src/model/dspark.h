@@ -26,5 +26,8 @@ void dspark_truncate(dspark_state *d, int32_t pos);
 /* Records the taps of layer l's input h [T][hc][dim] for the sessions of seq that draft (l not
  * a target layer: nothing). Runs after the layer's Engram step, before its block. */
 void dspark_tap(const batch_seq *seq, int32_t count, int32_t l, int64_t T, const float *h);
+/* Bytes of weights a draft of n tokens reads (as model_rows_bytes counts a forward's); 0 for a
+ * model without a drafter. */
+double dspark_draft_bytes(const dsv41_model *m, int32_t n);
 
 #endif

@@ -1,6 +1,7 @@
 /* model.c - a model in memory: the buffers it owns, its public accessors, and what one
  * decoded token reads from it (the benchmark's limit, a session file's identity and each
- * rank's report all count it). */
+ * rank's report all count it) or a block of rows, as a verify feeds. */
+#include <math.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
@@ -50,26 +51,33 @@ static double share(const dsv41_model *m, int64_t n, int whole) {
     return whole ? 1.0 : (double)(n * (p->rank + 1) / p->n_ranks - n * p->rank / p->n_ranks) / (double)n;
 }
 
-/* The dense matrices in full, the head, the active experts and the table rows by this
- * process's share of them (all of them when whole). */
-static double decode_bytes(const dsv41_model *m, int whole) {
+double model_experts_reached(int32_t E, int32_t k, int32_t rows) {
+    return rows == 1 ? (double)k : (double)E * (1.0 - pow(1.0 - (double)k / E, rows));
+}
+
+/* The dense matrices in full, the head, the experts `rows` tokens reach and their table rows by
+ * this process's share of them (all of them when whole). */
+static double rows_bytes(const dsv41_model *m, int whole, int32_t rows) {
     const config *c = &m->cfg;
-    double n = (double)(weight_bytes(&m->embed) / (size_t)c->vocab_size) + (double)weight_bytes(&m->head) * share(m, c->vocab_size, whole);
+    double n = (double)rows * (double)(weight_bytes(&m->embed) / (size_t)c->vocab_size) +
+               (double)weight_bytes(&m->head) * share(m, c->vocab_size, whole);
     for (int l = 0; l < c->n_layers; l++) {
         const layer_weights *L = &m->layers[l];
         const weight *dense[32];
         int k = layer_dense_weights(L, dense);
         for (int i = 0; i < k; i++) n += (double)weight_bytes(dense[i]);
-        n += (double)c->n_activated_experts * share(m, c->n_routed_experts, whole) *
+        n += model_experts_reached(c->n_routed_experts, c->n_activated_experts, rows) * share(m, c->n_routed_experts, whole) *
              (double)(weight_bytes(&L->w1[0]) + weight_bytes(&L->w2[0]) + weight_bytes(&L->w3[0]));
         if (L->engram >= 0)
-            n += (double)(engram_cols(c) * weight_bytes(&L->eg_table) / (size_t)L->eg_table.rows) * share(m, L->eg_table.rows, whole);
+            n += (double)rows * (double)(engram_cols(c) * weight_bytes(&L->eg_table) / (size_t)L->eg_table.rows) *
+                 share(m, L->eg_table.rows, whole);
     }
     return n;
 }
 
-size_t model_decode_bytes(const dsv41_model *m) { return (size_t)decode_bytes(m, 1); }
-double part_decode_bytes(const dsv41_model *m) { return decode_bytes(m, 0); }
+size_t model_decode_bytes(const dsv41_model *m) { return (size_t)rows_bytes(m, 1, 1); }
+double part_decode_bytes(const dsv41_model *m) { return rows_bytes(m, 0, 1); }
+double model_rows_bytes(const dsv41_model *m, int32_t rows) { return rows_bytes(m, 1, rows); }
 
 double cache_bytes_per_token(const config *c, int release) {
     double b = release ? 0.0 : (double)(sizeof(int64_t) + sizeof(int32_t));

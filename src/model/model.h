@@ -90,6 +90,12 @@ void config_free(config *c);
  * variant: what this rank reads on average, with its shares of experts, table rows and head. */
 size_t model_decode_bytes(const dsv41_model *m);
 double part_decode_bytes(const dsv41_model *m);
+/* The same for one forward of `rows` tokens (a verify block): the dense matrices and the head
+ * once, the experts the rows reach (model_experts_reached), each row's table rows. */
+double model_rows_bytes(const dsv41_model *m, int32_t rows);
+/* How many of E experts `rows` tokens of k picks each reach on average under uniform routing:
+ * E (1 - (1 - k/E)^rows), k for one row. */
+double model_experts_reached(int32_t E, int32_t k, int32_t rows);
 /* Bytes a session holds per token of context: the compressed KV and index keys of the kv
  * sources, packed at the precision the release rounds them to (FP4 e2m1 latents with an e4m3
  * scale per 16, FP4 index keys with a ue8m0 scale per 32: 890 bytes on V4.1-Flash, the release

@@ -256,7 +256,7 @@ static double time_projections(const dsv41_model *m, int32_t streams) {
     }
     for (int64_t i = 0; i < streams * cols; i++) x[i] = (float)((i * 7919) % 2001) / 1000.0f - 1.0f;
     int32_t E = c->n_routed_experts, k = c->n_activated_experts;
-    int32_t reached = (int32_t)lround(E * (1.0 - pow(1.0 - (double)k / E, streams))); /* E >= k >= 1 (config) */
+    int32_t reached = (int32_t)lround(model_experts_reached(E, k, streams)); /* E >= k >= 1 (config) */
     int32_t picks = streams * k, used = reached < 1 ? 1 : reached > picks ? picks : reached;
     double t = time_matrix(&m->head, x, streams, y);
     for (int32_t l = 0; l < c->n_layers; l++) {
@@ -511,7 +511,7 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, int32_t
     kernel_timing kt[2];
     int nkt = 0;
     double int8 = 0;
-    spec_timing sp = {0, 0, 0, 0, 0, 0};
+    spec_timing sp = {0, 0, 0, 0, 0, 0, 0, 0};
     int32_t counts[2] = {1, threads};
     for (int pass = threads > 1 ? 0 : 1; pass < 2; pass++) {
         if (dsv41_set_threads(counts[pass])) return -1;
@@ -562,10 +562,11 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, int32_t
         if (sp.row_s > 0)
             fprintf(out, "  speculative, %d drafts: verify of %d rows %.2fx one decode step, draft %.2fx; all accepted "
                          "%.1f tok/s (%.2fx); own drafter %.1f tok/s, %.0f%% of drafts kept, %.1f tok/s with its "
-                         "confidence cut and pauses (plain decoding %.1f)\n", draft, draft + 1,
+                         "confidence cut and pauses (plain decoding %.1f); by weight bytes, all accepted could reach "
+                         "%.2fx\n", draft, draft + 1,
                     sp.verify_s / sp.row_s, sp.draft_s / sp.row_s, (draft + 1) / (sp.verify_s + sp.draft_s),
                     (draft + 1) * sp.row_s / (sp.verify_s + sp.draft_s), sp.own_tok_s, 100.0 * sp.own_accept, sp.policy_tok_s,
-                    1.0 / sp.row_s);
+                    1.0 / sp.row_s, (draft + 1) * bytes / (sp.verify_bytes + sp.draft_bytes));
         fflush(out);
     }
     double rss = machine_peak_rss();
@@ -583,9 +584,11 @@ int dsv41_bench(const dsv41_model *m, int32_t threads, int32_t parallel, int32_t
     if (json && draft > 0)
         fprintf(out, "\"speculative\": {\"draft\": %d, \"verify_rows_cost\": %.4f, \"drafter_cost\": %.4f, "
                      "\"accept_all_tokens_per_s\": %.3f, \"speedup_accept_all\": %.4f, \"own_acceptance\": %.4f, "
-                     "\"own_tokens_per_s\": %.3f, \"own_policy_tokens_per_s\": %.3f, \"decode_step_s\": %.9f}, ", draft,
+                     "\"own_tokens_per_s\": %.3f, \"own_policy_tokens_per_s\": %.3f, \"decode_step_s\": %.9f, "
+                     "\"verify_bytes\": %.0f, \"draft_bytes\": %.0f, \"bytes_bound_speedup\": %.4f}, ", draft,
                 sp.verify_s / sp.row_s, sp.draft_s / sp.row_s, (draft + 1) / (sp.verify_s + sp.draft_s),
-                (draft + 1) * sp.row_s / (sp.verify_s + sp.draft_s), sp.own_accept, sp.own_tok_s, sp.policy_tok_s, sp.row_s);
+                (draft + 1) * sp.row_s / (sp.verify_s + sp.draft_s), sp.own_accept, sp.own_tok_s, sp.policy_tok_s, sp.row_s,
+                sp.verify_bytes, sp.draft_bytes, (draft + 1) * bytes / (sp.verify_bytes + sp.draft_bytes));
     if (json)
         fprintf(out,
                 "\"decode\": {\"tokens_per_s\": %.3f, \"bytes_per_token\": %.0f, \"effective_gbps\": %.3f, "

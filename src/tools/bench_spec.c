@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "bench_spec.h"
+#include "dspark.h"
 #include "machine.h"
 #include "numerics.h"
 
@@ -105,7 +106,8 @@ int bench_speculative(const dsv41_model *m, int32_t draft, spec_timing *r) {
     if (rounds > 8) rounds = 8;
     if (draft < 1 || draft > 64 || n > c->window_size || rounds < 1)
         return set_error("bench: --draft %d does not fit this model (window %d, context %d)", draft, c->window_size, c->max_seq_len);
-    *r = (spec_timing){1e30, 1e30, 1e30, 0, 0, 0};
+    *r = (spec_timing){1e30, 1e30, 1e30, 0, 0, 0, model_rows_bytes(m, n),
+                       dspark_draft_bytes(m, draft < c->dspark_block_size ? draft : c->dspark_block_size)};
     int32_t *prompt = malloc((size_t)np * sizeof *prompt), *seq = malloc((size_t)(rounds * n + 1) * sizeof *seq);
     float *logits = malloc((size_t)c->vocab_size * sizeof *logits);
     int rc = prompt && seq && logits ? 0 : set_error("bench: out of memory");
