@@ -81,5 +81,5 @@ chat() { printf '{"model":"m","messages":[{"role":"user","content":"%s"}],"tempe
 budget() {
     printf '{"messages":[{"role":"user","content":"Question 2: what is 2 + 2?"}],"options":{"thinking_mode":"thinking"}}' >"$tmp/think.json"
     $dsv41 render --chat "$tmp/think.json" >"$tmp/think.txt"
-    python3 tests/serve_budget.py "$port" "$(cat "$tmp/think.txt")" && ok || bad "$1"
+    python3 tests/serve_budget.py "$port" "$tmp/think.json" "$(cat "$tmp/think.txt")" && ok || bad "$1"
 }
