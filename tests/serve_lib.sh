@@ -20,20 +20,7 @@ tok["added_tokens"] = [{"id": a["id"], "content": a["content"], "single_word": F
 json.dump(tok, open(sys.argv[2], "w", encoding="utf-8"), ensure_ascii=False)
 PY
 
-# start NAME ARGS...: a server in the background; sets $port and $pid (log in $tmp/NAME.log)
-start() {
-    name=$1; shift
-    $dsv41 serve -m "$m" --port 0 -t 1 "$@" 2>"$tmp/$name.log" &
-    pid=$!; pids="$pids $pid"; port=""
-    for _ in $(seq 300); do
-        port=$(sed -n 's|^dsv41 serve: .* on http://127.0.0.1:\([0-9]*\) .*|\1|p' "$tmp/$name.log")
-        [ -n "$port" ] && return 0
-        kill -0 $pid 2>/dev/null || break
-        sleep 0.1
-    done
-    bad "$name: the server did not start: $(head -c 300 "$tmp/$name.log")"
-    return 1
-}
+. "$(dirname "$0")/serve_start.sh" # start NAME ARGS...: a server in the background, $port and $pid
 
 # stop: SIGTERM, and the server must exit 0 within 20 s
 stop() {
