@@ -73,14 +73,14 @@ python3 tests/ref/chat_model.py models/tiny_dspark.json "$tmp/tiny_ds.json" "$tm
 python3 - "$dsv41" "$tmp/md" "$tmp/saved" <<'PY' && ok || bad "chat --draft: Ctrl-C leaves the tokens shown in the session"
 import os, re, sys, time
 sys.path.insert(0, "tests/ref")
-from terminal import spawn, wait_for
+from terminal import spawn, read_for, wait_for
 pid, fd = spawn([sys.argv[1], "chat", "-m", sys.argv[2], "--temp", "1", "--seed", "30", "--draft", "3"])
 wait_for(fd, b"> ")
 os.write(fd, b"hello there\r")
 wait_for(fd, b"hello there\r\n")
 streamed, end = b"", time.time() + 20
 while not streamed.strip(b" \r\n") and time.time() < end:
-    streamed += wait_for(fd, b"\0", 0.05)   # until the reply streams
+    streamed += read_for(fd, 0.05)   # until the reply streams
 os.write(fd, b"\x03")
 after = wait_for(fd, b"> ")
 os.write(fd, ("/save %s\r" % sys.argv[3]).encode())

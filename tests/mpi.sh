@@ -8,6 +8,7 @@
 # whole job with an error instead of a hang.
 # Needs ./dsv41, ./dsv41-mpi and build/mpi_draft (make test-mpi builds them) and Open MPI's mpirun. Prints "N passed, N failed".
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/serve_start.sh"
 golden=${DSV41_GOLDEN:-${DSV41_SHARED:-../shared}/golden/ds41_tiny_golden.json}
 if [ ! -f "$golden" ] || [ ! -x ./dsv41-mpi ] || [ ! -x build/mpi_draft ] || ! command -v mpirun >/dev/null; then
     bad "needs $golden, ./dsv41-mpi, build/mpi_draft and mpirun"; finish; exit 1
@@ -54,15 +55,11 @@ ranks=$(mpi -np 2 ./dsv41-mpi chat -m "$tmp/chat" -n 10 --temp 0 -t 1 <"$tmp/tur
 # served NAME CMD...: the server CMD's replies in $tmp/NAME.1 to $tmp/NAME.9 (shell only: a
 # python start takes a second on a busy host)
 served() {
-    name=$1 i=0; shift
+    name=$1 i=0 program=$dsv41; shift
     rm -rf "$tmp/slots"; mkdir -p "$tmp/slots"; echo damaged >"$tmp/slots/bad.slot"
-    timeout 120 "$@" serve -m "$tmp/chat" --port 0 -t 1 -np 1 --slot-save-path "$tmp/slots" 2>"$tmp/$name.log" &
-    pid=$! port=
-    for _ in $(seq 600); do
-        port=$(sed -n 's|^dsv41 serve: .* on http://127.0.0.1:\([0-9]*\) .*|\1|p' "$tmp/$name.log")
-        [ -n "$port" ] || ! kill -0 $pid 2>/dev/null && break
-        sleep 0.1
-    done
+    dsv41="timeout 120 $*" m=$tmp/chat
+    start "$name" -np 1 --slot-save-path "$tmp/slots"
+    dsv41=$program
     post() { i=$((i + 1)); curl -s -m 60 -o "$tmp/$name.$i" "http://127.0.0.1:$port$1" --data-binary "$2" -H 'Content-Type: application/json'; }
     complete() { post /v1/completions "{\"prompt\":$1,\"max_tokens\":8,\"temperature\":0,\"return_tokens\":true}"; }
     # plus IDS: IDS, the last reply's tokens and 3 more

@@ -1,16 +1,17 @@
-"""serve_budget.py PORT PROMPT - a thinking budget on /v1/messages against an independent expectation.
+"""serve_budget.py PORT CHAT PROMPT - a thinking budget on /v1/messages against an independent expectation.
 
 The test model never closes its reasoning, so a budget of B tokens must end it: the reply's
 thinking is the plain reply's first B tokens of reasoning (the same request with max_tokens B and
 no budget), and its answer is the greedy raw completion of the prompt's ids, those B reasoning
-ids and </think> (from chat completions' return_tokens and /tokenize of PROMPT, the chat that
-`dsv41 render` wrote): the tokens a reply gets when </think> is fed at that position. Whole and
-streamed (the thinking block stops where the text block starts), and usage counts all B + 1 + A
-tokens within max_tokens. Exits non-zero on a mismatch."""
+ids and </think> (from chat completions' return_tokens and /tokenize of PROMPT, the text that
+`dsv41 render` wrote of the chat file CHAT, whose messages the requests send): the tokens a reply
+gets when </think> is fed at that position. Whole and streamed (the thinking block stops where
+the text block starts), and usage counts all B + 1 + A tokens within max_tokens. Exits non-zero
+on a mismatch."""
 import json, sys, urllib.request
 
 port, B, A = sys.argv[1], 6, 5
-user = [{"role": "user", "content": "Question 2: what is 2 + 2?"}]
+user = json.load(open(sys.argv[2], encoding="utf-8"))["messages"]
 
 direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback, never a proxy
 
@@ -31,7 +32,7 @@ thought = plain["content"][0]["thinking"]
 # the same reasoning's ids and the prompt's, for the raw completion
 chat = json.loads(post("/v1/chat/completions", dict(messages=user, temperature=0, max_tokens=B, thinking={"type": "enabled"}, return_tokens=True)))
 assert chat["choices"][0]["message"]["reasoning_content"] == thought, (chat, thought)
-prompt = json.loads(post("/tokenize", {"content": sys.argv[2]}))["tokens"]
+prompt = json.loads(post("/tokenize", {"content": sys.argv[3]}))["tokens"]
 assert len(prompt) == chat["usage"]["prompt_tokens"], (len(prompt), chat["usage"])
 unthink = json.loads(post("/tokenize", {"content": "</think>"}))["tokens"]
 assert len(unthink) == 1, unthink

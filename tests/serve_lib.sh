@@ -20,20 +20,7 @@ tok["added_tokens"] = [{"id": a["id"], "content": a["content"], "single_word": F
 json.dump(tok, open(sys.argv[2], "w", encoding="utf-8"), ensure_ascii=False)
 PY
 
-# start NAME ARGS...: a server in the background; sets $port and $pid (log in $tmp/NAME.log)
-start() {
-    name=$1; shift
-    $dsv41 serve -m "$m" --port 0 -t 1 "$@" 2>"$tmp/$name.log" &
-    pid=$!; pids="$pids $pid"; port=""
-    for _ in $(seq 300); do
-        port=$(sed -n 's|^dsv41 serve: .* on http://127.0.0.1:\([0-9]*\) .*|\1|p' "$tmp/$name.log")
-        [ -n "$port" ] && return 0
-        kill -0 $pid 2>/dev/null || break
-        sleep 0.1
-    done
-    bad "$name: the server did not start: $(head -c 300 "$tmp/$name.log")"
-    return 1
-}
+. "$(dirname "$0")/serve_start.sh" # start NAME ARGS...: a server in the background, $port and $pid
 
 # stop: SIGTERM, and the server must exit 0 within 20 s
 stop() {
@@ -81,5 +68,5 @@ chat() { printf '{"model":"m","messages":[{"role":"user","content":"%s"}],"tempe
 budget() {
     printf '{"messages":[{"role":"user","content":"Question 2: what is 2 + 2?"}],"options":{"thinking_mode":"thinking"}}' >"$tmp/think.json"
     $dsv41 render --chat "$tmp/think.json" >"$tmp/think.txt"
-    python3 tests/serve_budget.py "$port" "$(cat "$tmp/think.txt")" && ok || bad "$1"
+    python3 tests/serve_budget.py "$port" "$tmp/think.json" "$(cat "$tmp/think.txt")" && ok || bad "$1"
 }

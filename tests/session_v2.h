@@ -16,6 +16,21 @@ static void v2_put(uint8_t **p, uint32_t v) {
     for (int i = 0; i < 4; i++) *(*p)++ = (uint8_t)(v >> 8 * i);
 }
 
+/* The bytes of the drafter's section that ends m's session file before its checksum
+ * (docs/SESSION_FORMAT.md): lo and hi, the taps and the per-stage key rings; 0 for a model
+ * without DSpark stages */
+static size_t session_draft_bytes(const dsv41_model *m) {
+    const config *c = &m->cfg;
+    return m->draft ? 8 + 4 * ((size_t)c->window_size * c->dspark_n_targets * c->dim +
+                               (size_t)c->n_mtp_layers * c->window_size * c->head_dim) : 0;
+}
+
+/* The checksum that ends the session file f [n] written anew, after a test's edit */
+static void session_reseal(uint8_t *f, size_t n) {
+    uint64_t sum = checksum64(f, n - 8);
+    for (int i = 0; i < 8; i++) f[n - 8 + i] = (uint8_t)(sum >> 8 * i);
+}
+
 /* The version 2 file of the session whose version 3 file is v3 [n] and whose last call tr traced
  * (*out_n its length; NULL when out of memory). */
 static uint8_t *session_file_v2(const dsv41_model *m, const uint8_t *v3, size_t n, const dsv41_trace *tr, size_t *out_n) {
@@ -32,9 +47,7 @@ static uint8_t *session_file_v2(const dsv41_model *m, const uint8_t *v3, size_t 
     int32_t cwidth = cd ? (int32_t)cd->shape[2] : 0, kb = crows ? cand_blocks(c, cwidth) : 0;
     uint64_t dn = 0;
     for (int i = 7; i >= 0; i--) dn = dn << 8 | v3[64 + i];
-    size_t draft = m->draft ? 8 + 4 * ((size_t)c->window_size * c->dspark_n_targets * c->dim +
-                                       (size_t)c->n_mtp_layers * c->window_size * c->head_dim) : 0;
-    size_t at = n - 8 - dn - draft, add = 4 * (size_t)(rows * width + crows * kb); /* the state ends at `at` */
+    size_t at = n - 8 - dn - session_draft_bytes(m), add = 4 * (size_t)(rows * width + crows * kb); /* the state ends at `at` */
     uint8_t *f = malloc(n + add), *p = f + at;
     if (!f) return NULL;
     memcpy(f, v3, at);
@@ -53,8 +66,7 @@ static uint8_t *session_file_v2(const dsv41_model *m, const uint8_t *v3, size_t 
     v2_put(&p, (uint32_t)width);
     v2_put(&p, (uint32_t)crows);
     v2_put(&p, (uint32_t)cwidth);
-    uint64_t sum = checksum64(f, n + add - 8);
-    for (int i = 0; i < 8; i++) f[n + add - 8 + i] = (uint8_t)(sum >> 8 * i);
+    session_reseal(f, n + add);
     *out_n = n + add;
     return f;
 }

@@ -11,7 +11,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "files.h"
 #include "filler.h"
 #include "model.h"
 #include "session_v2.h"
@@ -153,13 +152,11 @@ static void test_damage(const dsv41_model *m) {
     CHECK(old && on > n, "the version 2 form of the file (%zu bytes)", on);
     if (!old) return;
     old[8] = 3;
-    uint64_t osum = checksum64(old, on - 8);
-    for (int i = 0; i < 8; i++) old[on - 8 + i] = (uint8_t)(osum >> 8 * i);
+    session_reseal(old, on);
     write_bytes(bad, old, on);
     CHECK(refused(b, ref, bad, V) && strstr(dsv41_error(), "shared slots"), "version 3 with rows: %s", dsv41_error());
     old[8] = 2;
-    osum = checksum64(old, on - 8);
-    for (int i = 0; i < 8; i++) old[on - 8 + i] = (uint8_t)(osum >> 8 * i);
+    session_reseal(old, on);
     /* a crafted version 2 file with a valid checksum: counts a position cannot have, a top-k
      * entry past the cache; the fields are the header's (docs/SESSION_FORMAT.md) */
     static const struct { size_t at; int32_t value; const char *msg; } crafted[] = {
@@ -175,8 +172,7 @@ static void test_damage(const dsv41_model *m) {
         size_t at = crafted[i].at != SIZE_MAX ? crafted[i].at : on - 8 - 4 * cnt[2] * kb - 4 * cnt[0] * cnt[1];
         uint32_t v = crafted[i].at != SIZE_MAX ? (uint32_t)crafted[i].value : 99;
         for (int b = 0; b < 4; b++) f[at + b] = (uint8_t)(v >> 8 * b);
-        uint64_t sum = checksum64(f, on - 8);
-        for (int b = 0; b < 8; b++) f[on - 8 + b] = (uint8_t)(sum >> 8 * b);
+        session_reseal(f, on);
         write_bytes(bad, f, on);
         free(f);
         CHECK(refused(b, ref, bad, V) && strstr(dsv41_error(), crafted[i].msg), "crafted case %zu: %s", i, dsv41_error());
@@ -188,8 +184,7 @@ static void test_damage(const dsv41_model *m) {
         memcpy(f, old, on);
         uint32_t v = bad_row ? (uint32_t)-2 : 9999;
         for (int b = 0; b < 4; b++) f[on - 12 + b] = (uint8_t)(v >> 8 * b);
-        uint64_t sum = checksum64(f, on - 8);
-        for (int b = 0; b < 8; b++) f[on - 8 + b] = (uint8_t)(sum >> 8 * b);
+        session_reseal(f, on);
         write_bytes(bad, f, on);
         free(f);
         CHECK(refused(b, ref, bad, V) && strstr(dsv41_error(), "sizes"), "candidate blocks no indexer leaves (%d) are refused: %s",
@@ -419,17 +414,13 @@ static void test_drafter(void) {
           "the loaded session drafts the saved one's block, ids and logits bit for bit");
     int32_t na = dsv41_session_speculate(a, 5, 3, NULL, NULL, NULL, oa, NULL), nb = dsv41_session_speculate(b, 5, 3, NULL, NULL, NULL, ob, NULL);
     CHECK(na > 0 && na == nb && !memcmp(oa, ob, (size_t)na * sizeof *oa) && same_view(a, b, V), "and speculates alike");
-    size_t n = 0;
-    char err[256];
-    uint8_t *bytes = (uint8_t *)file_read_all(path, &n, err, sizeof err);
-    const config *c = &m->cfg;
-    size_t section = 8 + 4 * ((size_t)c->window_size * c->dspark_n_targets * c->dim + (size_t)c->n_mtp_layers * c->window_size * c->head_dim);
+    size_t n = 0, section = session_draft_bytes(m);
+    uint8_t *bytes = (uint8_t *)test_read_file(path, &n);
     for (int k = 0; bytes && k < 2; k++) { /* lo past hi, hi past the position */
         size_t at = n - 8 - section + 4 * (size_t)k;
         uint32_t v = k ? 99u : 20u;
         for (int i = 0; i < 4; i++) bytes[at + i] = (uint8_t)(v >> 8 * i);
-        uint64_t sum = checksum64(bytes, n - 8);
-        for (int i = 0; i < 8; i++) bytes[n - 8 + i] = (uint8_t)(sum >> 8 * i);
+        session_reseal(bytes, n);
         write_bytes(bad, bytes, n);
         CHECK(dsv41_session_load(b, bad) == -1 && strstr(dsv41_error(), "sizes"), "a crafted tap range (%d) is refused: %s", k,
               dsv41_error());

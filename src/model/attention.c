@@ -67,16 +67,21 @@ static void gather_range(void *ctx, int64_t b, int64_t e) {
 /* The compressed entries the T rows of idx [T][width] read (an id from nwin on names entry id -
  * nwin of ckv), unpacked once each into scratch rows in order of first use, and idx rewritten to
  * name those rows (from nwin on). A decode step reads its top-k entries, a prefill tile at most
- * the union of its rows', so no step copies or unpacks the whole cache. */
+ * the union of its rows', so no step copies or unpacks the whole cache. A single row's entries
+ * are its top-k, distinct, so it takes them as they come, without the table over the whole
+ * cache that finds the entries the rows of a tile share (were one repeated, its two rows would
+ * hold the same values, read in the same order). */
 static const float *gather_compressed(const config *c, const uint8_t *ckv, int64_t clen, int32_t *idx, int64_t T,
                                       int32_t width, int32_t nwin) {
-    int32_t *row_of = scratch_i32(clen), *entry = scratch_i32(clen < T * width ? clen : T * width), n = 0;
-    for (int64_t e = 0; e < clen; e++) row_of[e] = -1;
+    int32_t *row_of = T > 1 ? scratch_i32(clen) : NULL, n = 0; /* [clen] each entry's row, -1: none yet */
+    int32_t *entry = scratch_i32(T == 1 ? width : clen < T * width ? clen : T * width);
+    for (int64_t e = 0; row_of && e < clen; e++) row_of[e] = -1;
     for (int64_t i = 0; i < T * width; i++) {
         if (idx[i] < nwin) continue;
         int32_t e = idx[i] - nwin;
-        if (row_of[e] < 0) entry[row_of[e] = n++] = e;
-        idx[i] = nwin + row_of[e];
+        if (!row_of) entry[n++] = e;
+        else if (row_of[e] < 0) entry[row_of[e] = n++] = e;
+        idx[i] = nwin + (row_of ? row_of[e] : n - 1);
     }
     gather_job g = {ckv, entry, c->head_dim, ckv_row_bytes(c), scratch_f32((int64_t)n * c->head_dim)};
     pool_run(n, 2048 / c->head_dim + 1, gather_range, &g);

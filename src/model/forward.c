@@ -183,6 +183,8 @@ typedef struct {
     float *pre_mix;         /* [T][hc] */
     const int64_t *tile;    /* [count] each session's tile rows (seq_tile) */
     int32_t full;           /* the last layer that computes every row (layer_first_row) */
+    int64_t ncols;          /* n_engram * engram_cols: a row's hashes */
+    int64_t hrow;           /* hc * dim: a row of the stream */
 } call_stream;
 
 /* Layer l over the rows of seq that it computes, in rounds: in each, every session takes its
@@ -192,7 +194,7 @@ static void layer_tiles(const batch_seq *seq, int32_t count, int32_t l, const ca
     const dsv41_model *m = seq[0].s->m;
     const config *c = &m->cfg;
     int32_t hc = c->hc_mult;
-    int64_t hrow = (int64_t)hc * c->dim, ncols = c->n_engram ? (int64_t)c->n_engram * engram_cols(c) : 0, cap = 0;
+    int64_t hrow = cs->hrow, ncols = cs->ncols, cap = 0;
     for (int32_t i = 0; i < count; i++) cap += cs->tile[i];
     scratch_mark mark = scratch_begin();
     batch_seq *rs = scratch_bytes((size_t)count * sizeof *rs);
@@ -244,8 +246,8 @@ static int forward_rows(const batch_seq *seq, int32_t count, int64_t T, const in
     DSV41_ASSERT(batch_valid(seq, count));
     const dsv41_model *m = seq[0].s->m;
     const config *c = &m->cfg;
-    int32_t hc = c->hc_mult, dim = c->dim, cols = engram_cols(c), ne = c->n_engram ? c->n_engram : 1;
-    int64_t ncols = (int64_t)ne * cols, hrow = (int64_t)hc * dim, cap = 0;
+    int32_t hc = c->hc_mult, dim = c->dim, cols = engram_cols(c);
+    int64_t ncols = (int64_t)c->n_engram * cols, hrow = (int64_t)hc * dim, cap = 0;
     scratch_mark mark = scratch_begin();
     int64_t *hashes = scratch_i64(T * ncols), *tile = scratch_i64(count);
     int32_t *all_ids = scratch_i32(T);
@@ -259,7 +261,7 @@ static int forward_rows(const batch_seq *seq, int32_t count, int64_t T, const in
     }
     float *h = scratch_f32(cap * hrow), *pre_mix = scratch_f32(T * hc);
     uint16_t *hb = tiled ? scratch_bytes((size_t)(T * hrow) * sizeof *hb) : NULL; /* [T][hc][dim] between layers */
-    call_stream cs = {all_ids, hashes, hb, pre_mix, tile, full};
+    call_stream cs = {all_ids, hashes, hb, pre_mix, tile, full, ncols, hrow};
 
     for (int32_t i = 0; i < count; i++) { /* the n-gram hashes read each session's own history */
         memcpy(all_ids + seq[i].row0, ids[i], (size_t)seq[i].T * sizeof *all_ids);
@@ -408,19 +410,29 @@ int forward_check(dsv41_session *s, const int32_t *ids, int32_t n) {
     return check_call(s, ids, n) || session_reserve(s, s->pos + n) ? -1 : 0;
 }
 
-int forward_verify(dsv41_session *const *s, const int32_t *const *ids, const int32_t *n, int32_t count, float *const *logits) {
+/* The sessions' rows end to end in one forward_rows, and their logits checked: a batch (`all`
+ * 0, logits NULL or each session's last token's) and a verify (`all` 1, every row's). Neither
+ * is cancelled: a request made before it is void. */
+static int forward_batch(dsv41_session *const *s, const int32_t *const *ids, const int32_t *n, int32_t count,
+                         float *const *logits, int all) {
     scratch_mark mark = scratch_begin();
     batch_seq *seq = scratch_bytes((size_t)count * sizeof *seq);
-    int64_t T = 0;
+    float **lg = scratch_bytes((size_t)count * sizeof *lg);
+    int64_t T = 0, V = s[0]->m->cfg.vocab_size;
     for (int32_t i = 0; i < count; i++) {
-        atomic_store(&s[i]->cancel, 0); /* a verify is not cancelled; an earlier request is void */
+        atomic_store(&s[i]->cancel, 0);
         seq[i] = (batch_seq){s[i], T, n[i], 0, n[i]};
+        lg[i] = logits ? logits[i] : NULL;
         T += n[i];
     }
-    int rc = forward_rows(seq, count, T, ids, logits, 1, NULL);
-    for (int32_t i = 0; rc == 0 && i < count; i++) rc = check_logits(logits[i], n[i] * (int64_t)s[0]->m->cfg.vocab_size);
+    int rc = forward_rows(seq, count, T, ids, lg, all, NULL);
+    for (int32_t i = 0; rc == 0 && i < count; i++) rc = check_logits(lg[i], (all ? n[i] : 1) * V);
     scratch_end(mark);
     return rc;
+}
+
+int forward_verify(dsv41_session *const *s, const int32_t *const *ids, const int32_t *n, int32_t count, float *const *logits) {
+    return forward_batch(s, ids, n, count, logits, 1);
 }
 
 int dsv41_session_forward(dsv41_session *s, const int32_t *ids, int32_t n, float *logits, dsv41_trace *tr) {
@@ -460,18 +472,7 @@ typedef struct {
 
 static void run_batch(void *p) {
     batch_call *b = p;
-    scratch_mark mark = scratch_begin();
-    batch_seq *seq = scratch_bytes((size_t)b->count * sizeof *seq);
-    float **lg = scratch_bytes((size_t)b->count * sizeof *lg);
-    int64_t T = 0;
-    for (int32_t i = 0; i < b->count; i++) {
-        seq[i] = (batch_seq){b->s[i], T, b->n[i], 0, b->n[i]};
-        lg[i] = b->logits ? b->logits[i] : NULL;
-        T += b->n[i];
-    }
-    b->rc = forward_rows(seq, b->count, T, b->ids, lg, 0, NULL);
-    for (int32_t i = 0; b->rc == 0 && i < b->count; i++) b->rc = check_logits(lg[i], b->s[0]->m->cfg.vocab_size);
-    scratch_end(mark);
+    b->rc = forward_batch(b->s, b->ids, b->n, b->count, b->logits, 0);
 }
 
 /* One pass over the layers for all the sessions. A model split over ranks runs them one after
@@ -484,8 +485,6 @@ int dsv41_batch_forward(dsv41_session *const *s, const int32_t *const *ids, cons
             if (forward(s[i], ids[i], n[i], logits ? logits[i] : NULL, 0, NULL)) return -1;
         return 0;
     }
-    for (int32_t i = 0; i < count; i++)
-        atomic_store(&s[i]->cancel, 0); /* a batch is not cancelled; an earlier request is void */
     batch_call b = {s, ids, n, count, logits, 0};
     return session_run(s, count, run_batch, &b) || b.rc ? -1 : 0;
 }
