@@ -248,13 +248,14 @@ int dsv41_batch_verify(dsv41_session *const *s, const int32_t *const *ids, const
 int32_t dsv41_session_propose(dsv41_session *s, int32_t anchor, int32_t n_draft, const dsv41_draft_policy *policy, int32_t *ids,
                               int32_t *proposed) {
     int32_t B = dsv41_model_draft_size(s->m), n = n_draft < B ? n_draft : B, pos = s->pos, k = 0;
-    float conf[MAX_LAYERS];
+    float conf[MAX_LAYERS]; /* a block holds at most 64 drafts (config.c) */
     if (n_draft < 0) return set_error("propose: %d drafts", n_draft);
     if (anchor < 0 || anchor >= s->m->cfg.vocab_size)
         return set_error("propose: token id %d is outside the vocabulary [0, %d)", anchor, s->m->cfg.vocab_size);
     if (policy && policy->pause > 0) n = 0;
     ids[0] = anchor;
-    if (n > 0 && dsv41_session_draft(s, anchor, n, ids + 1, NULL, conf) == 0) k = policy ? dsv41_draft_policy_cut(policy, conf, n) : n;
+    if (n > 0 && dsv41_session_draft(s, anchor, n, ids + 1, NULL, conf) == 0)
+        k = policy ? dsv41_draft_policy_cut(policy, conf, n) : n;
     else if (s->pos != pos) return -1; /* a draft that ran out of memory emptied s */
     else n = 0;                        /* no block here: the first step after a prefill, the end of the context */
     if (proposed) *proposed = n;
