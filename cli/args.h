@@ -66,6 +66,13 @@ int args_parse(const cli_cmd *c, int argc, char **argv);
 #define OPT_KERNELS(dst) \
     {"--kernels", "SET", OPT_STR, (dst), 0, 0, NULL, "$DSV41_KERNELS, else the fastest", \
      "the kernel set: scalar, avx2, avx512 or neon (dsv41 kernels lists this CPU's); results do not depend on it"}
+/* The shared --draft and --draft-p-min rows of the commands that decode (run, chat, serve). */
+#define OPT_DRAFT(dst) \
+    {"--draft", "N", OPT_I32, (dst), 0, 64, NULL, "0, off", \
+     "speculative decoding with the model's DSpark drafter, N drafts a block (the same tokens)"}
+#define OPT_DRAFT_P_MIN(dst) \
+    {"--draft-p-min", "P", OPT_F32, (dst), 0, 1, NULL, "0.5", \
+     "verify the drafts before the first whose confidence is under P (0: all)"}
 /* Applies a -t value (0: not given); returns 0, or 2 after a one-line error. */
 int args_apply_threads(int32_t threads);
 

@@ -37,7 +37,7 @@ typedef struct {
     dsv41_tokenizer *tk;
     dsv41_session *s;
     dsv41_sampler *smp;
-    float *logits;        /* [V] of the last fed token */
+    float *logits;        /* [V] of the last token a prompt or a plain step fed: what the next pick reads */
     int32_t *hist;        /* [ctx] every token fed, for the penalties */
     int32_t V, eos, ctx;
     int32_t prompt_tokens, gen_tokens;
@@ -158,8 +158,7 @@ static int reply(chat_state *c, const gen_opts *o) {
         if (nd > 0) { /* feeds next and the drafts kept; picks the token after them */
             int32_t got = dsv41_session_speculate(c->s, next, (int32_t)nd, &policy, pick, &r, out, NULL);
             if (got < 0) { rc = r.end == TAKE_ERROR ? fail("out of memory") : fail(dsv41_error()); break; }
-            memcpy(c->logits, dsv41_session_logits(c->s), (size_t)c->V * sizeof *c->logits);
-            next = out[got - 1];
+            next = out[got - 1]; /* picked from the round's last kept row: c->logits are not read for it */
             continue;
         }
         /* a Ctrl-C never stops this step: a one-token append has no point between tokens to stop

@@ -58,10 +58,8 @@ int gen_parse(int chat, int argc, char **argv, gen_opts *o) {
     t[n++] = (cli_opt){"--system", "TEXT", OPT_STR, &o->system, 0, 0, NULL, NULL, "a system message first"};
     t[n++] = (cli_opt){"--stop", "STR", OPT_LIST, &o->stops, 0, 0, NULL, NULL, "end the reply at STR (up to 8 times)"};
     t[n++] = (cli_opt){"--special", NULL, OPT_FLAG, &o->special, 0, 0, NULL, "hidden", "print the reply's special tokens"};
-    t[n++] = (cli_opt){"--draft", "N", OPT_I32, &o->draft, 0, 64, NULL, "0, off",
-                       "speculative decoding with the model's DSpark drafter, N drafts a block (the same tokens)"};
-    t[n++] = (cli_opt){"--draft-p-min", "P", OPT_F32, &o->policy.p_min, 0, 1, NULL, "0.5",
-                       "verify the drafts before the first whose confidence is under P (0: all)"};
+    t[n++] = (cli_opt)OPT_DRAFT(&o->draft);
+    t[n++] = (cli_opt)OPT_DRAFT_P_MIN(&o->policy.p_min);
     t[n++] = (cli_opt)OPT_THREADS(&o->threads);
     t[n++] = (cli_opt)OPT_KERNELS(&o->kernels);
     const char *about = chat ? "An interactive conversation in one session (/help lists the commands; Ctrl-C stops a reply).\n"

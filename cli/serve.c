@@ -33,10 +33,8 @@ int cmd_serve(int argc, char **argv) {
         {"--queue", "N", OPT_I32, &queue, 1, 1000000000, NULL, "64", "requests that may wait for a slot (then 503)"},
         {"--slot-snapshots", "N", OPT_I32, &snaps, 0, 1000, NULL, "4", "states kept per slot for the prompt cache"},
         {"--slot-save-path", "DIR", OPT_STR, &slot_dir, 0, 0, NULL, "none", "the folder of slot files (POST /slots/ID)"},
-        {"--draft", "N", OPT_I32, &draft, 0, 64, NULL, "0, off",
-         "speculative decoding with the model's DSpark drafter, N drafts a block (the same replies)"},
-        {"--draft-p-min", "P", OPT_F32, &policy.p_min, 0, 1, NULL, "0.5",
-         "verify the drafts before the first whose confidence is under P (0: all)"},
+        OPT_DRAFT(&draft),
+        OPT_DRAFT_P_MIN(&policy.p_min),
         OPT_KERNELS(&kernels),
     };
     const cli_cmd cmd = {.name = "serve",

@@ -190,6 +190,19 @@ int32_t dsv41_draft_policy_cut(const dsv41_draft_policy *p, const float *confide
 /* Records a round into p: proposed drafts drafted (0: a plain step, which counts a pause down)
  * and kept of them kept; starts a pause where the latest 10 keep fewer than 6. */
 void dsv41_draft_policy_record(dsv41_draft_policy *p, int32_t proposed, int32_t kept);
+/* The drafting half of a speculative round, for a caller that verifies it itself (the server
+ * verifies many sessions' rounds in one dsv41_batch_verify): ids [n_draft + 1] get anchor, the
+ * token picked from s's last logits (not fed yet), then the drafts the drafter proposes after
+ * it, up to n_draft (the caller's room: tokens still wanted, context; at most the block).
+ * Returns the rows to verify, ids[0..rows): the anchor and the confident prefix of the drafts
+ * (1: none), or -1 (n_draft negative, anchor outside the vocabulary, or a draft that failed
+ * and emptied s). *proposed (when not NULL) gets how many drafts the drafter proposed, what
+ * dsv41_draft_policy_record takes with the kept count once the round is verified. policy
+ * (NULL: every draft, never a pause) cuts the block at its confident prefix and pauses it; it
+ * is read, not changed. Where no block can be drafted (the step after a prefill, the end of the
+ * context, no drafter, n_draft 0, a pause) it is 1 row and 0 proposed. s is not advanced. */
+int32_t dsv41_session_propose(dsv41_session *s, int32_t anchor, int32_t n_draft, const dsv41_draft_policy *policy, int32_t *ids,
+                              int32_t *proposed);
 /* One round of speculative decoding: anchor is the token picked from s's last logits (not fed
  * yet); the drafter proposes up to n_draft tokens (at most its block), one verify keeps those
  * decoding would feed, and out [n_draft + 1] gets the tokens decoding picks next: the kept

@@ -33,7 +33,7 @@ typedef struct {
     int32_t n_tokens;       /* tokens the live session holds, for /slots (under the lock) */
     uint64_t used;          /* the tick it last took a job: the least recent goes first */
     dsv41_sampler *sampler; /* the job's sampler, seeded per request */
-    float *logits;          /* [vocab] logits of the last fed token */
+    float *logits;          /* [vocab] logits of the last token a prompt or a plain step fed */
     dsv41_utf8_stream utf8; /* the job's characters split across tokens */
     int32_t next;           /* the sampled token this step feeds */
     _Atomic int32_t prefill_layers; /* layers a long prefill running alone has done, -1: none (for /slots) */
@@ -41,6 +41,14 @@ typedef struct {
     int32_t thought;        /* reasoning tokens of a job with a thinking budget, -1: none or ended */
     dsv41_draft_policy policy; /* the job's speculative rounds: their confidence cut and pause */
 } slot;
+
+/* A speculative round's picks: each is the slot's next token, drawn as sample_next draws it;
+ * the one that ends the reply ends the block, so the session feeds what plain steps feed. */
+typedef struct {
+    sched *s;
+    slot *sl;
+    job_end end; /* how the picks ended the job, END_NONE: they did not */
+} round_ctx;
 
 struct sched {
     dsv41_model *model;
@@ -68,6 +76,10 @@ struct sched {
     float **b_logits;
     slot **b_slot;
     slot **spec;               /* [n_slots] the step's slots that decode by a speculative round */
+    int32_t *r_ids;            /* [n_slots][draft + 1] each round's anchor and drafts */
+    int32_t *r_proposed, *r_kept, *r_next; /* [n_slots] each round's drafts proposed, kept, and the pick after them */
+    round_ctx *r_pick;         /* [n_slots] each round's picks */
+    void **r_ctx;              /* [n_slots] &r_pick[i], as dsv41_batch_verify takes them */
     /* counters since start */
     uint64_t prompt_tokens, gen_tokens, cached_tokens; /* prompt tokens computed, generated, reused */
     uint64_t cold_tokens;                              /* of the prompt tokens, those of cold prefills */
@@ -332,14 +344,6 @@ static int sample_next(sched *s, slot *sl) {
     return end == END_NONE;
 }
 
-/* A speculative round's picks: each is the slot's next token, drawn as sample_next draws it;
- * the one that ends the reply ends the block, so the session feeds what plain steps feed. */
-typedef struct {
-    sched *s;
-    slot *sl;
-    job_end end; /* how the picks ended the job, END_NONE: they did not */
-} round_ctx;
-
 static int32_t pick_token(void *ctx, float *logits, const int32_t *history, int32_t n, int *last) {
     round_ctx *r = ctx;
     (void)history;
@@ -353,58 +357,46 @@ static int32_t pick_token(void *ctx, float *logits, const int32_t *history, int3
  * proposes none or its policy pauses, see dsv41_draft_policy); the drafts kept are the slot's
  * next tokens, and the token picked after them waits for the next step (sl->picked). */
 static void spec_step(sched *s, int32_t count) {
-    int32_t *rows = malloc((size_t)count * (s->draft + 1) * sizeof *rows), *kept = malloc((size_t)count * 4 * sizeof *kept);
-    round_ctx *r = malloc((size_t)count * sizeof *r);
-    void **ctx = malloc((size_t)count * sizeof *ctx);
-    float *conf = malloc((size_t)s->draft * sizeof *conf);
-    const char *err = rows && kept && r && ctx && conf ? NULL : "out of memory";
-    int32_t *next = kept + count, *n = kept + 2 * count, *proposed = kept + 3 * count;
+    const char *err = NULL;
     for (int32_t i = 0; !err && i < count; i++) {
         slot *sl = s->spec[i];
-        int32_t pos = dsv41_session_pos(sl->session), *ids = rows + (int64_t)i * (s->draft + 1);
-        int64_t nd = sl->policy.pause > 0 ? 0 : s->draft, room = (int64_t)sl->job->max_tokens - sl->job->n_gen - 1;
+        int32_t pos = dsv41_session_pos(sl->session), *ids = s->r_ids + (int64_t)i * (s->draft + 1);
+        int64_t nd = s->draft, room = (int64_t)sl->job->max_tokens - sl->job->n_gen - 1;
         nd = nd < room ? nd : room;
         nd = nd < s->ctx - pos - 2 ? nd : s->ctx - pos - 2;
-        nd = nd < dsv41_model_draft_size(s->model) ? nd : dsv41_model_draft_size(s->model);
-        ids[0] = sl->next;
-        proposed[i] = nd > 0 && !dsv41_session_draft(sl->session, sl->next, (int32_t)nd, ids + 1, NULL, conf) ? (int32_t)nd : 0;
-        n[i] = 1 + (proposed[i] ? dsv41_draft_policy_cut(&sl->policy, conf, proposed[i]) : 0);
-        r[i] = (round_ctx){s, sl, END_NONE};
-        ctx[i] = &r[i];
+        s->b_n[i] = dsv41_session_propose(sl->session, sl->next, nd > 0 ? (int32_t)nd : 0, &sl->policy, ids, &s->r_proposed[i]);
+        if (s->b_n[i] < 0) err = dsv41_error();
+        s->r_pick[i] = (round_ctx){s, sl, END_NONE};
+        s->r_ctx[i] = &s->r_pick[i];
         s->b_sess[i] = sl->session, s->b_ids[i] = ids;
     }
     double t0 = now_s();
-    if (!err && dsv41_batch_verify(s->b_sess, s->b_ids, n, count, pick_token, ctx, kept, next)) err = dsv41_error();
+    if (!err && dsv41_batch_verify(s->b_sess, s->b_ids, s->b_n, count, pick_token, s->r_ctx, s->r_kept, s->r_next))
+        err = dsv41_error();
     double dt = now_s() - t0;
-    for (int32_t i = 0; i < count; i++) {
-        slot *sl = s->spec[i];
-        if (err) dsv41_session_reset(sl->session); /* its state is not known: nothing is cached */
-        else memcpy(sl->logits, dsv41_session_logits(sl->session), (size_t)s->vocab * sizeof *sl->logits);
-    }
+    /* no copy of the logits: a round picked each slot's next token (sl->picked), and with drafts
+     * a slot decodes by rounds until its job ends, so no plain step reads them */
+    for (int32_t i = 0; err && i < count; i++) dsv41_session_reset(s->spec[i]->session); /* not known: nothing is cached */
     sched_lock(s);
     s->steps++;
     s->last_batch = count;
     s->decode_s += dt;
     for (int32_t i = 0; i < count; i++) {
         slot *sl = s->spec[i];
+        int32_t kept = s->r_kept[i], drafted = s->b_n[i] - 1;
         sl->n_tokens = dsv41_session_pos(sl->session);
         if (err) {
             if (sl->job) finish(s, sl, END_ERROR, err);
             continue;
         }
-        s->batched_tokens += (uint64_t)(kept[i] + 1);
-        s->drafted += (uint64_t)(n[i] - 1), s->accepted += (uint64_t)kept[i];
-        sl->job->n_drafted += n[i] - 1, sl->job->n_accepted += kept[i];
-        dsv41_draft_policy_record(&sl->policy, proposed[i], kept[i]);
-        if (r[i].end != END_NONE) end_job(s, sl, r[i].end);
+        s->batched_tokens += (uint64_t)(kept + 1);
+        s->drafted += (uint64_t)drafted, s->accepted += (uint64_t)kept;
+        sl->job->n_drafted += drafted, sl->job->n_accepted += kept;
+        dsv41_draft_policy_record(&sl->policy, s->r_proposed[i], kept);
+        if (s->r_pick[i].end != END_NONE) end_job(s, sl, s->r_pick[i].end);
         else sl->picked = 1;
     }
     sched_unlock(s);
-    free(rows);
-    free(kept);
-    free(r);
-    free(ctx);
-    free(conf);
 }
 
 /* The step's batch call over b_*[0, count): cold is the slot of the cold prefill among them
@@ -573,6 +565,12 @@ static void free_slots(sched *s) {
     free(s->b_logits);
     free(s->b_slot);
     free(s->spec);
+    free(s->r_ids);
+    free(s->r_proposed);
+    free(s->r_kept);
+    free(s->r_next);
+    free(s->r_pick);
+    free(s->r_ctx);
 }
 
 sched *sched_start(dsv41_model *m, const dsv41_tokenizer *tk, int32_t n_slots, int32_t n_snaps, int32_t max_waiting,
@@ -599,7 +597,10 @@ sched *sched_start(dsv41_model *m, const dsv41_tokenizer *tk, int32_t n_slots, i
     int ok = (s->slots = calloc(n, sizeof *s->slots)) && (s->b_sess = calloc(n, sizeof *s->b_sess)) &&
              (s->b_ids = calloc(n, sizeof *s->b_ids)) && (s->b_n = calloc(n, sizeof *s->b_n)) &&
              (s->b_logits = calloc(n, sizeof *s->b_logits)) && (s->b_slot = calloc(n, sizeof *s->b_slot)) &&
-             (s->spec = calloc(n, sizeof *s->spec));
+             (s->spec = calloc(n, sizeof *s->spec)) && (s->r_ids = calloc(n * (size_t)(draft + 1), sizeof *s->r_ids)) &&
+             (s->r_proposed = calloc(n, sizeof *s->r_proposed)) && (s->r_kept = calloc(n, sizeof *s->r_kept)) &&
+             (s->r_next = calloc(n, sizeof *s->r_next)) && (s->r_pick = calloc(n, sizeof *s->r_pick)) &&
+             (s->r_ctx = calloc(n, sizeof *s->r_ctx));
     for (int32_t i = 0; ok && i < n_slots; i++) {
         atomic_init(&s->slots[i].prefill_layers, -1);
         ok = (s->slots[i].logits = malloc((size_t)s->vocab * sizeof(float))) &&

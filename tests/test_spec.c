@@ -321,6 +321,39 @@ static int policy_speculate(const dsv41_model *m, int sampled, int fresh) {
     return fails;
 }
 
+/* dsv41_session_propose against dsv41_session_draft on the same session: the anchor, then the
+ * drafter's ids, as many rows as the drafts before the first confidence under p_min (its
+ * sigmoid computed here) plus one, the whole block when the room asks for more; one row and
+ * none proposed in a pause, with no room, or before a prefill; -1 and one line for
+ * wrong arguments. Returns the failures. */
+static int propose(const dsv41_model *m) {
+    int32_t V = dsv41_model_vocab_size(m), B = dsv41_model_draft_size(m), prompt[9], ids[65], own[64], proposed = -1, fails = 0;
+    float conf[64];
+    prompt_ids(prompt, 9, V);
+    dsv41_session *s = dsv41_session_new(m);
+    dsv41_draft_policy cut = {.p_min = 0.6f}, paused = {.p_min = 0.0f, .pause = 3};
+    fails += dsv41_session_propose(s, 5, B, NULL, ids, &proposed) != 1 || proposed != 0 || ids[0] != 5; /* no prefill yet */
+    dsv41_session_forward(s, prompt, 9, NULL, NULL);
+    for (int32_t a = 0; a < 8; a++) {
+        int32_t want = 0;
+        dsv41_session_draft(s, a, B, own, NULL, conf);
+        while (want < B && 1.0 / (1.0 + exp(-(double)conf[want])) >= 0.6) want++;
+        int32_t rows = dsv41_session_propose(s, a, B, &cut, ids, &proposed);
+        fails += rows != want + 1 || proposed != B || ids[0] != a || memcmp(ids + 1, own, (size_t)B * sizeof *own);
+        rows = dsv41_session_propose(s, a, 64, NULL, ids, &proposed);
+        fails += rows != B + 1 || proposed != B || memcmp(ids + 1, own, (size_t)B * sizeof *own);
+        fails += dsv41_session_propose(s, a, 2, NULL, ids, &proposed) != 3 || proposed != 2 || memcmp(ids + 1, own, 2 * sizeof *own);
+    }
+    fails += dsv41_session_propose(s, 3, B, &paused, ids, &proposed) != 1 || proposed != 0 || ids[0] != 3;
+    fails += dsv41_session_propose(s, 3, 0, NULL, ids, &proposed) != 1 || proposed != 0;
+    const char *e;
+    fails += dsv41_session_propose(s, 3, -1, NULL, ids, NULL) != -1 || !*(e = dsv41_error()) || strchr(e, '\n');
+    fails += dsv41_session_propose(s, V, B, NULL, ids, NULL) != -1 || !*(e = dsv41_error()) || strchr(e, '\n');
+    fails += dsv41_session_pos(s) != 9;
+    dsv41_session_free(s);
+    return fails;
+}
+
 int main(void) {
     dsv41_model *tiny = dsv41_model_builtin(), *dm = model_from_config_file("models/tiny_dspark.json");
     CHECK(tiny && dm, "the models load");
@@ -339,6 +372,7 @@ int main(void) {
           "speculate verifies the confident prefix only (cut at the first draft, inside, none): the greedy and sampled ids");
     CHECK(policy_speculate(dm, 0, 0) == 0 && policy_speculate(dm, 1, 0) == 0,
           "a reply's policy pauses drafting when few drafts are kept: the greedy and sampled ids");
+    CHECK(propose(dm) == 0, "propose: the anchor, the drafter's ids, cut at the first unconfident one; none in a pause; -1 when wrong");
 
     const char *sets[8];
     int32_t ns = dsv41_kernel_sets(sets, 8);

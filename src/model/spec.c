@@ -245,21 +245,32 @@ int dsv41_batch_verify(dsv41_session *const *s, const int32_t *const *ids, const
     return 0;
 }
 
+int32_t dsv41_session_propose(dsv41_session *s, int32_t anchor, int32_t n_draft, const dsv41_draft_policy *policy, int32_t *ids,
+                              int32_t *proposed) {
+    int32_t B = dsv41_model_draft_size(s->m), n = n_draft < B ? n_draft : B, pos = s->pos, k = 0;
+    float conf[MAX_LAYERS]; /* a block holds at most 64 drafts (config.c) */
+    if (n_draft < 0) return set_error("propose: %d drafts", n_draft);
+    if (anchor < 0 || anchor >= s->m->cfg.vocab_size)
+        return set_error("propose: token id %d is outside the vocabulary [0, %d)", anchor, s->m->cfg.vocab_size);
+    if (policy && policy->pause > 0) n = 0;
+    ids[0] = anchor;
+    if (n > 0 && dsv41_session_draft(s, anchor, n, ids + 1, NULL, conf) == 0)
+        k = policy ? dsv41_draft_policy_cut(policy, conf, n) : n;
+    else if (s->pos != pos) return -1; /* a draft that ran out of memory emptied s */
+    else n = 0;                        /* no block here: the first step after a prefill, the end of the context */
+    if (proposed) *proposed = n;
+    return k + 1;
+}
+
 int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draft, dsv41_draft_policy *policy, dsv41_pick_fn pick,
                                 void *ctx, int32_t *out, int32_t *drafted) {
     const config *c = &s->m->cfg;
-    int32_t B = dsv41_model_draft_size(s->m), ids[MAX_LAYERS], n = n_draft < B ? n_draft : B, next = -1, proposed = 0;
-    float conf[MAX_LAYERS];
-    if (n_draft < 0) return set_error("speculate: %d drafts", n_draft);
-    if (policy && policy->pause > 0) n = 0;
-    ids[0] = anchor;
-    int32_t pos = s->pos, m = -1;
-    if (n > 0 && dsv41_session_draft(s, anchor, n, ids + 1, NULL, conf) == 0) {
-        int32_t k = policy ? dsv41_draft_policy_cut(policy, conf, n) : n;
-        if (k == 0 || (m = dsv41_session_verify(s, ids, k + 1, pick, ctx, &next)) >= 0) proposed = n; /* judged: cut or verified */
-        n = k;
-    }
-    /* a draft or verify that ran out of memory emptied s; a pick that failed after the verify moved it */
+    int32_t ids[MAX_LAYERS], next = -1, proposed, m = -1, pos = s->pos;
+    int32_t n = dsv41_session_propose(s, anchor, n_draft, policy, ids, &proposed);
+    if (n < 0) return -1;
+    /* a block cut to no draft is judged without a verify; one that cannot be verified is not */
+    if (n > 1 && (m = dsv41_session_verify(s, ids, n, pick, ctx, &next)) < 0) proposed = 0;
+    /* a verify that ran out of memory emptied s; a pick that failed after it moved s */
     if (m < 0 && s->pos != pos) return -1;
     if (m < 0) { /* no block here (the first step after a prefill, the end of the context, a pause): one token */
         if (dsv41_session_forward(s, &anchor, 1, s->logits, NULL)) return -1;
@@ -269,10 +280,10 @@ int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draf
         free(row);
         if (next < 0) return -1;
         m = 0;
-        n = 0;
+        n = 1;
     }
     if (policy) dsv41_draft_policy_record(policy, proposed, m);
-    if (drafted) *drafted = n;
+    if (drafted) *drafted = n - 1;
     memcpy(out, ids + 1, (size_t)m * sizeof *out);
     out[m] = next;
     return m + 1;
