@@ -267,7 +267,7 @@ static int read_dspark(config *c, const cfg_src *fx) {
         }
         c->dspark_n_targets = n;
     }
-    if (c->dspark_block_size > 64) return set_error("config: dspark_block_size must be at most 64");
+    if (c->dspark_block_size > MAX_DRAFTS) return set_error("config: dspark_block_size must be at most %d", MAX_DRAFTS);
     if (!config_has_drafter(c)) return 0;
     if (c->dspark_n_targets < 1) return set_error("config: a DSpark drafter needs dspark_target_layer_ids");
     if (c->dspark_markov_rank < 1) return set_error("config: a DSpark drafter needs dspark_markov_rank");

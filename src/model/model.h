@@ -21,6 +21,7 @@
 #include "weight.h"
 
 #define MAX_LAYERS 128      /* capacity of the per-layer role arrays, not a model dimension */
+#define MAX_DRAFTS 64       /* the most drafts a DSpark block holds (config.c checks dspark_block_size) */
 #define MAX_ENGRAM 8        /* capacity: engram layers */
 #define MAX_NGRAM 8         /* capacity: engram n-gram length */
 #define MAX_HASH_COLS 64    /* capacity: (max_ngram-1) * engram heads */

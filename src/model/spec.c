@@ -248,7 +248,7 @@ int dsv41_batch_verify(dsv41_session *const *s, const int32_t *const *ids, const
 int32_t dsv41_session_propose(dsv41_session *s, int32_t anchor, int32_t n_draft, const dsv41_draft_policy *policy, int32_t *ids,
                               int32_t *proposed) {
     int32_t B = dsv41_model_draft_size(s->m), n = n_draft < B ? n_draft : B, pos = s->pos, k = 0;
-    float conf[MAX_LAYERS]; /* a block holds at most 64 drafts (config.c) */
+    float conf[MAX_DRAFTS];
     if (n_draft < 0) return set_error("propose: %d drafts", n_draft);
     if (anchor < 0 || anchor >= s->m->cfg.vocab_size)
         return set_error("propose: token id %d is outside the vocabulary [0, %d)", anchor, s->m->cfg.vocab_size);
@@ -265,7 +265,7 @@ int32_t dsv41_session_propose(dsv41_session *s, int32_t anchor, int32_t n_draft,
 int32_t dsv41_session_speculate(dsv41_session *s, int32_t anchor, int32_t n_draft, dsv41_draft_policy *policy, dsv41_pick_fn pick,
                                 void *ctx, int32_t *out, int32_t *drafted) {
     const config *c = &s->m->cfg;
-    int32_t ids[MAX_LAYERS], next = -1, proposed, m = -1, pos = s->pos;
+    int32_t ids[MAX_DRAFTS + 1], next = -1, proposed, m = -1, pos = s->pos;
     int32_t n = dsv41_session_propose(s, anchor, n_draft, policy, ids, &proposed);
     if (n < 0) return -1;
     /* a block cut to no draft is judged without a verify; one that cannot be verified is not */
