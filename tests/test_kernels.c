@@ -289,6 +289,25 @@ static void test_outside_at(const kernel_set *k, int64_t T) {
     free_guarded();
 }
 
+/* Weights and inputs none of which is below 1/8, over whole superblocks of 512 columns: the fp8
+ * tiles then take their main products alone, with no second pass, and every block's sum (up to
+ * 2^35, any low bits) must be rounded once. Random codes elsewhere put a small weight in nearly
+ * every superblock, and a part-filled one pads with zero codes, so only this case reaches that
+ * join. */
+static void test_main_sums(const kernel_set *k) {
+    static const int64_t Ts[] = {1, 2, 6, 8, 13};
+    const int64_t rows = 9, cols = 1024, nb = cols / 32;
+    weight w = make_weight(K_E4M3_TILE, rows, cols);
+    for (int64_t i = 0; i < rows * cols; i++) ((uint8_t *)w.data)[i] = (uint8_t)((0x20 + rnd() % 0x5F) | (rnd() & 0x80));
+    for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
+        const int64_t T = Ts[ti];
+        float *x = guarded((size_t)(T * cols) * sizeof(float)), *xs = guarded((size_t)(T * nb) * sizeof(float));
+        for (int64_t i = 0; i < T * cols; i++) x[i] = e4m3_to_f32((uint8_t)((0x20 + rnd() % 0x5F) | (rnd() & 0x80)));
+        for (int64_t i = 0; i < T * nb; i++) xs[i] = ldexpf(1.0f, (int)(rnd() % 21) - 10);
+        check_case(k, &w, 1, T, x, xs, cols, "e4m3, no weight or input below 1/8");
+    }
+}
+
 /* at one token (the decode step) and a few (the tiles), and at more (the paths with tokens in
  * lanes: fp8 and fp4 from 8, dense from 16; 17 and 40 end in a part-filled vector of 16) */
 static void test_outside(const kernel_set *k) {
@@ -435,6 +454,7 @@ int main(void) {
         printf("kernel set %s%s\n", k->name, dsv41_kernels_emulated(k->name) ? " (on the emulation of the tiles)" : "");
         test_set(k);
         test_outside(k);
+        test_main_sums(k);
         test_act_quant(k);
         ran += strcmp(names[i], "amx") != 0;
     }

@@ -16,7 +16,7 @@
  * quant, fp8, few tokens: the same integer idea, the weight split like the input (W = 16 W' +
  * Rw, Rw = 0 unless the weight is below 1/8) with W' in two base-256 digits (from byte tables;
  * its sign chooses the input's digits of k or -k): four dot products per 64 weights, lanes
- * holding whole blocks, joined exactly in f64 (see the fp8 section).
+ * holding whole blocks, each block's sum rounded once by one f32 FMA (see the fp8 section).
  * With 12 (fp8) or 16 (fp4) tokens or more, both keep integer sums with lanes holding 16
  * tokens and no horizontal sums, 32 products per 16-bit VNNI instruction: fp4's 2w against k' (see "quant, fp4, many
  * tokens"), fp8's W' against two digits of k, each block joined in f64 (see "quant, fp8, many
@@ -349,7 +349,7 @@ INL void fp4_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t ng, int64_t 
  *
  * Integer dot products. In units of 2^-10 a weight's magnitude is an integer W below 2^19 and
  * in units of 2^-9 an input is an integer k with |k| <= 448 * 512, so a block's sum is an
- * integer below 2^43 (exact in f64) that one conversion rounds to f32 as the reference does.
+ * integer below 2^43 that must be rounded to f32 once, as the reference rounds its f64 sum.
  *
  * An e4m3 value has 4 significant bits. So W = 16 W' + Rw with Rw = 0 unless the weight is below
  * 1/8 (magnitude codes below 0x20, rare next to the 448 a block is scaled to), and W' < 2^15
@@ -362,8 +362,10 @@ INL void fp4_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t ng, int64_t 
  * the magnitude up by 256, which picks the tables. The weight's sign selects, per byte, the
  * digits of k or of -k, which the input preparation stores side by side, so VNNI's
  * unsigned-by-signed byte products see an unsigned weight. Per block the digit sums stay far
- * below 2^31 and join in f64 as sum(W k) = 128 (2^16 g2 + 2^8 g1 + g0) + E, E the second pass's
- * 16 sum(W' r) + 8 sum(Rw k') + sum(Rw r).
+ * below 2^31 and join as sum(W k) = 128 (2^16 g2 + 2^8 g1 + g0) + E, E the second pass's
+ * 16 sum(W' r) + 8 sum(Rw k') + sum(Rw r): carried into two int32 parts whose f32 values are
+ * exact, so that one FMA rounds the sum once (round_join; it was an f64 join, two conversions
+ * each way per token and superblock, the tiles' costliest step at several tokens).
  *
  * Lanes hold blocks, not elements, so no block needs a horizontal sum: a superblock is 16
  * blocks (512 bytes of a row) loaded as 8 vectors; 128-bit shuffles gather the first and the
@@ -481,6 +483,16 @@ INL __m512 round_pd(const __m512d v[2]) {
     return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(v[0])), _mm512_cvtpd_ps(v[1]), 1);
 }
 
+/* The integer 2^k H + L of each lane rounded once to f32, as the reference rounds its f64 sum:
+ * it is 2^k H' + L' with H' = H + (L >> k) and L' = L & (2^k - 1), both exact in f32 while
+ * |H'| < 2^24, and one FMA of exact operands rounds the exact result once. The fp8 tiles' sums
+ * stay far inside that: |sum(W' k')| < 2^35 (k = 16), |128 sum(W' k') + E| < 2^43 (k = 23). */
+INL __m512 round_join(__m512i H, __m512i L, const int k) {
+    const __m512i h = _mm512_add_epi32(H, _mm512_srav_epi32(L, _mm512_set1_epi32(k)));
+    const __m512 l = _mm512_cvtepi32_ps(_mm512_and_si512(L, _mm512_set1_epi32((1 << k) - 1)));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(h), _mm512_set1_ps((float)(1 << k)), l);
+}
+
 /* A superblock vector's digits of W', low first, by the tables tab (FP8_MID, FP8_LOW4) */
 INL void fp8_digits(__m512i u, const __m512i tab[3], __m512i d[2]) {
     const __mmask64 e3 = _mm512_test_epi8_mask(u, _mm512_set1_epi8(0x40));
@@ -528,8 +540,9 @@ INL void fp8_superblock(const __m512i u[8], const __m512i tab[3], const prep_u *
         if (nt > 1)
 #pragma GCC unroll 8
             for (int s = 0; s < 8; s++) fp8_products(d0[s], d1[s], neg[s], pp[t].p8.x[sb][s], A);
-        __m512d v[2]; /* sum of W' k' */
-        join_pd(A[3], _mm512_add_epi32(A[0], _mm512_slli_epi32(_mm512_add_epi32(A[1], A[2]), 8)), 65536.0, v);
+        /* sum(W' k') = 2^16 hi + lo */
+        const __m512i hi = A[3], lo = _mm512_add_epi32(A[0], _mm512_slli_epi32(_mm512_add_epi32(A[1], A[2]), 8));
+        __m512 part;
         float unit = 0x1p-12f; /* 128 (W = 16 W' + Rw, k = 8 k' + r) times 2^-19 (the units of W and k) */
         const unsigned with_r = pp[t].p8.r[sb]; /* the vectors s where the token has an r that is not 0 */
         if (with_r | small) {
@@ -554,11 +567,13 @@ INL void fp8_superblock(const __m512i u[8], const __m512i tab[3], const prep_u *
             /* E = 16 sum(W' r) + 8 sum(Rw k') + sum(Rw r), below 2^28 */
             const __m512i e = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(E[0], 4), _mm512_slli_epi32(E[1], 12)),
                                                _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(E[2], 3), _mm512_slli_epi32(E[3], 11)), E[4]));
-            v[0] = _mm512_fmadd_pd(v[0], _mm512_set1_pd(128.0), _mm512_cvtepi32_pd(_mm512_castsi512_si256(e)));
-            v[1] = _mm512_fmadd_pd(v[1], _mm512_set1_pd(128.0), _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(e, 1)));
+            /* 128 (2^16 hi + lo) + e = 2^23 (hi + (lo >> 16)) + 128 (lo & 0xFFFF) + e */
+            part = round_join(_mm512_add_epi32(hi, _mm512_srai_epi32(lo, 16)),
+                              _mm512_add_epi32(_mm512_slli_epi32(_mm512_and_si512(lo, _mm512_set1_epi32(0xFFFF)), 7), e), 23);
             unit = 0x1p-19f;
+        } else {
+            part = round_join(hi, lo, 16);
         }
-        __m512 part = round_pd(v);
         part = _mm512_mul_ps(part, _mm512_set1_ps(unit)); /* exact: the integer sum is at least 1 */
         _mm512_store_ps(P[t][row], _mm512_mul_ps(_mm512_mul_ps(part, _mm512_load_ps(pp[t].p8.xs[sb])), ws));
     }
