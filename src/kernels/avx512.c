@@ -364,8 +364,8 @@ INL void fp4_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t ng, int64_t 
  * unsigned-by-signed byte products see an unsigned weight. Per block the digit sums stay far
  * below 2^31 and join as sum(W k) = 128 (2^16 g2 + 2^8 g1 + g0) + E, E the second pass's
  * 16 sum(W' r) + 8 sum(Rw k') + sum(Rw r): carried into two int32 parts whose f32 values are
- * exact, so that one FMA rounds the sum once (round_join; it was an f64 join, two conversions
- * each way per token and superblock, the tiles' costliest step at several tokens).
+ * exact, so that one FMA rounds the sum once (round_join: no f64, whose conversions each way
+ * were the costliest step of a tile at several tokens).
  *
  * Lanes hold blocks, not elements, so no block needs a horizontal sum: a superblock is 16
  * blocks (512 bytes of a row) loaded as 8 vectors; 128-bit shuffles gather the first and the
