@@ -485,10 +485,11 @@ INL __m512 round_pd(const __m512d v[2]) {
 
 /* The integer 2^k H + L of each lane rounded once to f32, as the reference rounds its f64 sum:
  * it is 2^k H' + L' with H' = H + (L >> k) and L' = L & (2^k - 1), both exact in f32 while
- * |H'| < 2^24, and one FMA of exact operands rounds the exact result once. The fp8 tiles' sums
- * stay far inside that: |sum(W' k')| < 2^35 (k = 16), |128 sum(W' k') + E| < 2^43 (k = 23). */
+ * |H'| < 2^24, and one FMA of exact operands rounds the exact result once. The few-token fp8
+ * tiles' sums stay far inside that: |sum(W' k')| < 2^35 (k = 16), |128 sum(W' k') + E| < 2^43
+ * (k = 23); the many-token path checks |H'| first (k = 12). */
 INL __m512 round_join(__m512i H, __m512i L, const int k) {
-    const __m512i h = _mm512_add_epi32(H, _mm512_srav_epi32(L, _mm512_set1_epi32(k)));
+    const __m512i h = _mm512_add_epi32(H, _mm512_srai_epi32(L, k));
     const __m512 l = _mm512_cvtepi32_ps(_mm512_and_si512(L, _mm512_set1_epi32((1 << k) - 1)));
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(h), _mm512_set1_ps((float)(1 << k)), l);
 }
@@ -799,8 +800,7 @@ INL void w8_tile(const int16_t wq[RT][W8_COLS], const int16_t rw[RT][W8_COLS], c
                 /* S = 4096 H' + L' with both exact in f32 (see above), or in f64 */
                 const __m512i H = _mm512_add_epi32(h[i][v], _mm512_srai_epi32(l[i][v], 12));
                 const __m512 f = !(rare >> i & 1) && _mm512_cmplt_epu32_mask(_mm512_abs_epi32(H), _mm512_set1_epi32(1 << 24)) == 0xFFFF
-                                     ? _mm512_fmadd_ps(_mm512_cvtepi32_ps(H), _mm512_set1_ps(4096.0f),
-                                                       _mm512_cvtepi32_ps(_mm512_and_si512(l[i][v], _mm512_set1_epi32(4095))))
+                                     ? round_join(h[i][v], l[i][v], 12)
                                      : w8_join_f64(h[i][v], l[i][v], rare >> i & 1 ? X[i] + 16 * v : NULL);
                 const __m512 p = _mm512_mul_ps(_mm512_mul_ps(f, _mm512_load_ps(xsv + (b * 2 + v) * 16)), s);
                 _mm512_store_ps(acc[i] + 16 * v, _mm512_add_ps(_mm512_load_ps(acc[i] + 16 * v), p));
