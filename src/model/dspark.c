@@ -161,14 +161,8 @@ double dspark_draft_bytes(const dsv41_model *m, int32_t n) {
                (double)c->dspark_block_size * (double)(weight_bytes(&m->embed) / (size_t)c->vocab_size) +
                (double)n * ((double)(weight_bytes(&dw->markov_embed) / (size_t)c->vocab_size) +
                             (double)weight_bytes(&dw->markov_head) + (double)weight_bytes(&dw->confidence));
-    for (int32_t st = 0; st < c->n_mtp_layers; st++) {
-        const layer_weights *L = &dw->stages[st];
-        const weight *dense[32];
-        int k = layer_dense_weights(L, dense);
-        for (int i = 0; i < k; i++) b += (double)weight_bytes(dense[i]);
-        b += model_experts_reached(c->dspark_n_experts, c->dspark_n_activated, c->dspark_block_size) *
-             (double)(weight_bytes(&L->w1[0]) + weight_bytes(&L->w2[0]) + weight_bytes(&L->w3[0]));
-    }
+    for (int32_t st = 0; st < c->n_mtp_layers; st++)
+        b += model_layer_bytes(&dw->stages[st], model_experts_reached(c->dspark_n_experts, c->dspark_n_activated, c->dspark_block_size));
     return b;
 }
 

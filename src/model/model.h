@@ -136,6 +136,8 @@ typedef struct {
 /* The matrices every token reads in full in layer L (routed experts and the Engram table aside)
  * into out [32]; returns their count. */
 int layer_dense_weights(const layer_weights *L, const weight **out);
+/* Bytes of layer L a forward reads: its dense matrices in full and `experts` routed experts. */
+double model_layer_bytes(const layer_weights *L, double experts);
 
 /* The DSpark drafter's weights: its stages are layers without compressor, indexer or Engram and
  * with dspark_n_experts routed experts; the first stage projects the taps, the last holds the
