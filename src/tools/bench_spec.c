@@ -34,7 +34,7 @@ static dsv41_session *start(const dsv41_model *m, const int32_t *prompt, int32_t
  * into *tok_s (keeping the faster) and the share of the verified drafts kept into *accept. */
 static int own_run(const dsv41_model *m, int32_t draft, const int32_t *prompt, int32_t np, int32_t n, dsv41_draft_policy *policy,
                    float *logits, double *tok_s, double *accept) {
-    int32_t anchor, out[72], made = 0, tried = 0, kept = 0, drafted;
+    int32_t anchor, out[MAX_DRAFTS + 1], made = 0, tried = 0, kept = 0, drafted;
     dsv41_session *s = start(m, prompt, np, logits, &anchor);
     if (!s) return -1;
     double t0 = machine_now_s();
@@ -55,7 +55,7 @@ static int own_run(const dsv41_model *m, int32_t draft, const int32_t *prompt, i
 /* One run of each kind into r (keeping the faster figures); seq [rounds*(draft+1)+1]. */
 static int bench_run(const dsv41_model *m, int32_t draft, const int32_t *prompt, int32_t np, int32_t rounds, int32_t *seq,
                      float *logits, spec_timing *r) {
-    int32_t V = m->cfg.vocab_size, n = draft + 1, len = rounds * n + 1, ids[72], d[72];
+    int32_t V = m->cfg.vocab_size, n = draft + 1, len = rounds * n + 1, ids[MAX_DRAFTS + 1], d[MAX_DRAFTS + 1];
     dsv41_session *s = start(m, prompt, np, logits, &seq[0]);
     if (!s) return -1;
     double t0 = machine_now_s();
@@ -104,7 +104,7 @@ int bench_speculative(const dsv41_model *m, int32_t draft, spec_timing *r) {
     const config *c = &m->cfg;
     int32_t np = 16, n = draft + 1, rounds = (c->max_seq_len - np - 2) / n;
     if (rounds > 8) rounds = 8;
-    if (draft < 1 || draft > 64 || n > c->window_size || rounds < 1)
+    if (draft < 1 || draft > MAX_DRAFTS || n > c->window_size || rounds < 1)
         return set_error("bench: --draft %d does not fit this model (window %d, context %d)", draft, c->window_size, c->max_seq_len);
     *r = (spec_timing){1e30, 1e30, 1e30, 0, 0, 0, model_rows_bytes(m, n),
                        dspark_draft_bytes(m, draft < c->dspark_block_size ? draft : c->dspark_block_size)};
