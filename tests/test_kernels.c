@@ -170,7 +170,7 @@ static void test_set(const kernel_set *k) {
                                         {6, 65}, {11, 96}, {13, 127}, {4, 128}, {17, 129},  {5, 200},  {33, 255},
                                         {19, 513}, {8, 1000}, {6, 2080}, {5, 4130}, {3, 8200}, {70, 96}, {3, 0}, {37, 8200}, {530, 160},
                                         {2100, 40}};
-    static const int64_t Ts[] = {1, 2, 3, 7, 13, 17, 40, 64};
+    static const int64_t Ts[] = {1, 2, 3, 5, 7, 8, 13, 17, 40, 64};
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         const int64_t rows = shapes[s][0], cols = shapes[s][1], nb = (cols + 31) / 32;
         const int every = rows * cols <= 3000; /* every token count from 1 to 40 */
@@ -308,11 +308,13 @@ static void test_main_sums(const kernel_set *k) {
     }
 }
 
-/* at one token (the decode step) and a few (the tiles), and at more (the paths with tokens in
- * lanes: fp8 and fp4 from 8, dense from 16; 17 and 40 end in a part-filled vector of 16) */
+/* at one token (the decode step) and a few (the tiles; dense in one pass from 5 to 8), and at
+ * more (the paths with tokens in lanes: fp8 and fp4 from 8, dense from 16; 17 and 40 end in a
+ * part-filled vector of 16) */
 static void test_outside(const kernel_set *k) {
     test_outside_at(k, 1);
     test_outside_at(k, 2);
+    test_outside_at(k, 6);
     test_outside_at(k, 9);
     test_outside_at(k, 17);
     test_outside_at(k, 40);

@@ -1,10 +1,10 @@
 /* avx512.c - the AVX-512 set (F, BW, VL, DQ with VNNI and VBMI), chosen at run time.
  *
  * Every weight is read in its stored width and decoded in registers. Tiles are 4 rows by up to
- * 4 tokens (dense) or QUANT_TT (quant), so each decoded weight vector serves several tokens and
- * each input vector 4 rows; each tile prefetches the same bytes of a tile at least 4 KB ahead.
- * Nothing is allocated: inputs are prepared per call on the stack (about 33 KB per token of a
- * tile: 270 KB at 8).
+ * 4 tokens (dense; f32 and bf16 at 5 to 8 tokens: 2 rows by 8) or QUANT_TT (quant), so each
+ * decoded weight vector serves several tokens and each input vector 4 rows; each tile
+ * prefetches the same bytes of a tile at least 4 KB ahead. Nothing is allocated: inputs are
+ * prepared per call on the stack (about 33 KB per token of a tile: 270 KB at 8).
  *
  * quant, fp4: an e2m1 weight w becomes the byte 2w+12 (0..24) by a VBMI lookup; an input x (an
  * e4m3 value) becomes the integer k = 512x, split as 8 k' + r: k' in two signed base-256 digits
@@ -96,17 +96,58 @@ INL __m256i e4m3_f16(__m128i v) {
 
 /* ================================================================ dense */
 
-/* One tile: rows rp[0..3] (pointers at the row start), tokens xp[0..nt-1]. Weights of type ty
- * (F32, BF16, E4M3 or FP4 with block scales from sp[i]) are decoded 16 columns at a time, so
- * lane j of a row's accumulator holds the canonical partial sum of the columns j mod 16 (one FMA
- * each, in column order). half[t][i] gets that accumulator's two halves added (lane j + lane
- * j+8: the first step of sum16) for the driver's join. Returns a bit per row that holds a NaN
- * e4m3 code (the f16 decoding has no NaN; the caller hands such rows to the scalar kernel). */
-INL int dense_tile(const dtype ty, const uint8_t *const rp[RT], const uint8_t *const sp[RT], int64_t cols, int64_t pfd,
-                   const float *const xp[TT], const int nt, __m256 half[TT][RT]) {
+/* 16 columns [c, c+16) of one row (pointer rp at the row's start, block scales from sp) as
+ * f32, weights of type ty (F32, BF16, E4M3 or FP4); m masks the columns below cols, tail says
+ * whether it is partial. An e4m3 row's codes go into *nan (its largest code with the sign set:
+ * 0xFF only for a NaN, which the f16 decoding does not keep). */
+INL __m512 dense_weights(const dtype ty, const uint8_t *rp, const uint8_t *sp, int64_t c, int64_t cols, __mmask16 m,
+                         int tail, __m128i *nan) {
     const __m512 lut = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f,
                                       -3.0f, -4.0f, -6.0f);
-    const int64_t esz2 = ty == DT_F32 ? 8 : ty == DT_BF16 ? 4 : ty == DT_E4M3 ? 2 : 1; /* twice the bytes per column */
+    if (ty == DT_F32) {
+        const float *p = (const float *)rp + c;
+        return tail ? _mm512_maskz_loadu_ps(m, p) : _mm512_loadu_ps(p);
+    }
+    if (ty == DT_BF16) {
+        const uint16_t *p = (const uint16_t *)rp + c;
+        __m256i h = tail ? _mm256_maskz_loadu_epi16(m, p) : _mm256_loadu_si256((const __m256i *)p);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    if (ty == DT_E4M3) {
+        const uint8_t *p = rp + c;
+        __m128i b = tail ? _mm_maskz_loadu_epi8(m, p) : _mm_loadu_si128((const __m128i *)p);
+        *nan = _mm_max_epu8(*nan, _mm_or_si128(b, _mm_set1_epi8((char)0x80)));
+        __m512 wv = _mm512_mul_ps(_mm512_cvtph_ps(e4m3_f16(b)), _mm512_set1_ps(256.0f));
+        return _mm512_mul_ps(wv, _mm512_set1_ps(e8m0_to_f32(sp[c / 32])));
+    }
+    /* 8 bytes, low nibble first: the 16 codes in column order, none past cols (with a scale of
+     * 2^127 the odd row's spare nibble could be an infinity) */
+    __m128i b = _mm_maskz_loadu_epi8(mask16(imin(8, (cols + 1) / 2 - c / 2)), rp + c / 2);
+    __m128i lo = _mm_and_si128(b, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
+    __m128i codes = _mm_maskz_mov_epi8(m, _mm_unpacklo_epi8(lo, hi));
+    __m512 wv = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(codes), lut);
+    return _mm512_mul_ps(wv, _mm512_set1_ps(e8m0_to_f32(sp[c / 32])));
+}
+
+/* Bytes per column of a dense type, times 2 (fp4 is half a byte) */
+INL int64_t dense_esz2(const dtype ty) { return ty == DT_F32 ? 8 : ty == DT_BF16 ? 4 : ty == DT_E4M3 ? 2 : 1; }
+
+/* The rows among n whose e4m3 codes met a NaN, a bit each */
+INL int nan_rows(const dtype ty, const __m128i *nan, int n) {
+    int rows = 0;
+    if (ty == DT_E4M3)
+        for (int i = 0; i < n; i++) rows |= (_mm_cmpeq_epi8_mask(nan[i], _mm_set1_epi8((char)0xFF)) != 0) << i;
+    return rows;
+}
+
+/* One tile: rows rp[0..3] (pointers at the row start), tokens xp[0..nt-1]. The weights are
+ * decoded 16 columns at a time, so lane j of a row's accumulator holds the canonical partial sum
+ * of the columns j mod 16 (one FMA each, in column order). half[t][i] gets that accumulator's
+ * two halves added (lane j + lane j+8: the first step of sum16) for the driver's join. Returns a
+ * bit per row that holds a NaN e4m3 code (the caller hands such rows to the scalar kernel). */
+INL int dense_tile(const dtype ty, const uint8_t *const rp[RT], const uint8_t *const sp[RT], int64_t cols, int64_t pfd,
+                   const float *const xp[TT], const int nt, __m256 half[TT][RT]) {
+    const int64_t esz2 = dense_esz2(ty);
     __m512 acc[RT][TT];
 #pragma GCC unroll 4
     for (int i = 0; i < RT; i++)
@@ -123,29 +164,8 @@ INL int dense_tile(const dtype ty, const uint8_t *const rp[RT], const uint8_t *c
         for (int t = 0; t < nt; t++) xv[t] = tail ? _mm512_maskz_loadu_ps(m, xp[t] + c) : _mm512_loadu_ps(xp[t] + c);
 #pragma GCC unroll 4
         for (int i = 0; i < RT; i++) {
-            __m512 wv;
             _mm_prefetch((const char *)(rp[i] + c * esz2 / 2 + pfd), _MM_HINT_T0);
-            if (ty == DT_F32) {
-                const float *p = (const float *)rp[i] + c;
-                wv = tail ? _mm512_maskz_loadu_ps(m, p) : _mm512_loadu_ps(p);
-            } else if (ty == DT_BF16) {
-                const uint16_t *p = (const uint16_t *)rp[i] + c;
-                __m256i h = tail ? _mm256_maskz_loadu_epi16(m, p) : _mm256_loadu_si256((const __m256i *)p);
-                wv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-            } else if (ty == DT_E4M3) {
-                const uint8_t *p = rp[i] + c;
-                __m128i b = tail ? _mm_maskz_loadu_epi8(m, p) : _mm_loadu_si128((const __m128i *)p);
-                nan[i] = _mm_max_epu8(nan[i], _mm_or_si128(b, _mm_set1_epi8((char)0x80)));
-                wv = _mm512_mul_ps(_mm512_cvtph_ps(e4m3_f16(b)), _mm512_set1_ps(256.0f));
-                wv = _mm512_mul_ps(wv, _mm512_set1_ps(e8m0_to_f32(sp[i][c / 32])));
-            } else { /* 8 bytes, low nibble first: the 16 codes in column order, none past cols (with
-                      * a scale of 2^127 the odd row's spare nibble could be an infinity) */
-                __m128i b = _mm_maskz_loadu_epi8(mask16(imin(8, (cols + 1) / 2 - c / 2)), rp[i] + c / 2);
-                __m128i lo = _mm_and_si128(b, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
-                __m128i codes = _mm_maskz_mov_epi8(m, _mm_unpacklo_epi8(lo, hi));
-                wv = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(codes), lut);
-                wv = _mm512_mul_ps(wv, _mm512_set1_ps(e8m0_to_f32(sp[i][c / 32])));
-            }
+            const __m512 wv = dense_weights(ty, rp[i], sp[i], c, cols, m, tail, &nan[i]);
 #pragma GCC unroll 4
             for (int t = 0; t < nt; t++) acc[i][t] = _mm512_fmadd_ps(wv, xv[t], acc[i][t]);
         }
@@ -155,11 +175,50 @@ INL int dense_tile(const dtype ty, const uint8_t *const rp[RT], const uint8_t *c
 #pragma GCC unroll 4
         for (int i = 0; i < RT; i++)
             half[t][i] = _mm256_add_ps(_mm512_castps512_ps256(acc[i][t]), _mm512_extractf32x8_ps(acc[i][t], 1));
-    int rows_nan = 0;
-    if (ty == DT_E4M3)
-#pragma GCC unroll 4
-        for (int i = 0; i < RT; i++) rows_nan |= (_mm_cmpeq_epi8_mask(nan[i], _mm_set1_epi8((char)0xFF)) != 0) << i;
-    return rows_nan;
+    return nan_rows(ty, nan, RT);
+}
+
+/* ================================================================ dense, 5 to 8 tokens
+ *
+ * The 4 x 4 tiles take 5 to 8 tokens in two passes over a block of rows, the second converting
+ * every weight again and running its FMAs apart from the first's memory stream; with a verify
+ * block or the drafter at 5 or 6 rows, the bf16 LM head cost twice its one-row time. A tile of 2
+ * rows by 8 tokens holds the same 16 accumulators in one pass, but 8 tokens' inputs over a row
+ * of 2048 columns (64 KB) leave L1, and every pair of rows would read them again from L2. So the
+ * columns go in spans of WIDE_SPAN (8 tokens' inputs: 16 KB), spans outermost in a block of
+ * WIDE_ROWS rows: each pair of rows takes its accumulators from a parking buffer, runs the span
+ * and parks them again. Every lane still sums its columns in column order, so the bits are the
+ * 4 x 4 tiles', and each weight byte is read once. Only f32 and bf16 weights (the head, the
+ * gates, the mixes) take it: the dequantized fp8 and fp4 ones are small and keep the tiles. */
+#define WIDE_TT 8      /* tokens, at most */
+#define WIDE_SPAN 512  /* columns a pass over the block takes */
+#define WIDE_ROWS 32   /* rows a block: their parked sums, 32 x 8 x 64 bytes = 16 KB */
+
+/* Columns [c0, c1) of rows rp[0], rp[1] (f32 or bf16, pointers at the row start) against nt
+ * tokens into acc. xq holds the tokens' inputs of the span packed, vector v of token t at
+ * xq + 16 (nt v + t) (one pointer for all the loads: with a pointer per token the loop ran out
+ * of registers and rebuilt them every step), zero past the row's end; pfd: the bytes ahead to
+ * prefetch (the same columns of a later pair). */
+INL void dense_pair(const dtype ty, const uint8_t *const rp[2], int64_t c0, int64_t c1, int64_t cols, int64_t pfd,
+                    const float *xq, const int nt, __m512 acc[2][WIDE_TT]) {
+    const int64_t esz2 = dense_esz2(ty);
+    __m128i nan; /* no NaN codes in these types */
+    for (int64_t c = c0; c < c1; c += 16, xq += 16 * nt) {
+        const int tail = cols - c < 16;
+        const __mmask16 m = mask16(cols - c);
+        __m512 wv[2];
+#pragma GCC unroll 2
+        for (int i = 0; i < 2; i++) {
+            _mm_prefetch((const char *)(rp[i] + c * esz2 / 2 + pfd), _MM_HINT_T0);
+            wv[i] = dense_weights(ty, rp[i], NULL, c, cols, m, tail, &nan);
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) {
+            const __m512 xv = _mm512_load_ps(xq + 16 * t);
+            acc[0][t] = _mm512_fmadd_ps(wv[0], xv, acc[0][t]);
+            acc[1][t] = _mm512_fmadd_ps(wv[1], xv, acc[1][t]);
+        }
+    }
 }
 
 /* ================================================================ quant, fp4 */
@@ -1160,11 +1219,81 @@ TGT static void avx512_act_quant(const float *x, int64_t n, float *q, float *s) 
 
 INL int fp8_usable(void) { return 1; } /* integers and exact f64: no denormal on the way */
 
-#define DENSE_NAME avx512_dense
+#define DENSE_NAME avx512_dense_tiles
 #define QUANT_NAME avx512_quant_tiles
 #define QUANT_FP8_CHUNK(T) ((T) <= 4 ? FP8V_CHUNK : FP8V_CHUNK / 2)
 #define FP4_GROUP 64
 #include "drivers.h"
+
+/* Rows [r0, r1) of an f32 or bf16 weight against nt tokens (both constants where it is
+ * inlined): in blocks of WIDE_ROWS, each block's spans in order, its pairs of rows parking their
+ * sums between spans; then the sums of 4 rows at a time joined as the 4 x 4 tiles join theirs. */
+INL void dense_wide_rows(const dtype ty, const weight *w, int64_t r0, int64_t r1, const float *x, const int nt,
+                         int64_t xstride, float *y, int64_t ystride) {
+    const int64_t cols = w->cols, rowbytes = dense_esz2(ty) * cols / 2;
+    _Alignas(64) float park[WIDE_ROWS][WIDE_TT][16];
+    _Alignas(64) float xq[WIDE_SPAN * WIDE_TT]; /* the span's inputs, packed for dense_pair */
+    for (int64_t rb = r0; rb < r1; rb += WIDE_ROWS) {
+        const int64_t rb1 = imin(r1, rb + WIDE_ROWS);
+        for (int64_t c0 = 0; c0 == 0 || c0 < cols; c0 += WIDE_SPAN) { /* once with no columns: zero sums */
+            const int64_t c1 = imin(cols, c0 + WIDE_SPAN);
+            for (int64_t c = c0; c < c1; c += 16)
+                for (int t = 0; t < nt; t++)
+                    _mm512_store_ps(xq + 16 * (nt * ((c - c0) / 16) + t), _mm512_maskz_loadu_ps(mask16(cols - c), x + t * xstride + c));
+            for (int64_t r = rb; r < rb1; r += 2) {
+                const int64_t ri[2] = {r, imin(r + 1, rb1 - 1)};
+                const uint8_t *rp[2] = {(const uint8_t *)w->data + ri[0] * rowbytes, (const uint8_t *)w->data + ri[1] * rowbytes};
+                __m512 acc[2][WIDE_TT];
+#pragma GCC unroll 2
+                for (int i = 0; i < 2; i++)
+#pragma GCC unroll 8
+                    for (int t = 0; t < nt; t++) acc[i][t] = c0 > 0 ? _mm512_load_ps(park[ri[i] - rb][t]) : _mm512_setzero_ps();
+                dense_pair(ty, rp, c0, c1, cols, 4 * rowbytes, xq, nt, acc);
+#pragma GCC unroll 2
+                for (int i = 0; i < 2; i++)
+#pragma GCC unroll 8
+                    for (int t = 0; t < nt; t++) _mm512_store_ps(park[ri[i] - rb][t], acc[i][t]);
+            }
+        }
+        for (int64_t r = rb; r < rb1; r += RT) {
+            const int nr = (int)imin(RT, rb1 - r);
+            int64_t ri[RT];
+            tile_rows(r, nr, ri);
+            for (int t = 0; t < nt; t++) {
+                __m256 half[RT];
+                for (int i = 0; i < RT; i++) {
+                    const __m512 a = _mm512_load_ps(park[ri[i] - rb][t]);
+                    half[i] = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+                }
+                store_rows(y + t * ystride + (r - r0), nr, join_rows(half));
+            }
+        }
+    }
+}
+
+/* 5 to 8 tokens of an f32 or bf16 weight (see "dense, 5 to 8 tokens"), the type and the token
+ * count made constants for the tile */
+TGT static void dense_wide(const weight *w, int64_t r0, int64_t r1, const float *x, int64_t T, int64_t xstride, float *y,
+                           int64_t ystride) {
+#define WIDE_CASE(TY)                                                               \
+    switch (T) {                                                                    \
+    case 5: dense_wide_rows(TY, w, r0, r1, x, 5, xstride, y, ystride); break;       \
+    case 6: dense_wide_rows(TY, w, r0, r1, x, 6, xstride, y, ystride); break;       \
+    case 7: dense_wide_rows(TY, w, r0, r1, x, 7, xstride, y, ystride); break;       \
+    default: dense_wide_rows(TY, w, r0, r1, x, WIDE_TT, xstride, y, ystride); break; \
+    }
+    if (w->type == DT_F32) WIDE_CASE(DT_F32)
+    else WIDE_CASE(DT_BF16)
+#undef WIDE_CASE
+}
+
+TGT static void avx512_dense(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
+                             int64_t xstride, float *y, int64_t ystride) {
+    if (T > TT && T <= WIDE_TT && (w->type == DT_F32 || w->type == DT_BF16))
+        dense_wide(w, r0, r1, x, T, xstride, y, ystride);
+    else
+        avx512_dense_tiles(w, r0, r1, x, xs, T, xstride, y, ystride);
+}
 
 /* many tokens: the paths with tokens in the lanes; otherwise (or when they decline) the tiles */
 TGT static void avx512_quant(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
