@@ -160,7 +160,8 @@ int32_t dsv41_session_verify(dsv41_session *s, const int32_t *ids, int32_t n, ds
 /* The verifies of several sessions of one model in one forward, as dsv41_batch_forward batches
  * decode steps: session s[i] feeds ids[i] [n[i]] (its picked token, then n[i] - 1 drafts; n[i]
  * 1 is a decode step) and gets what dsv41_session_verify would give it alone: kept[i] drafts
- * kept and next[i] the pick after them, made by pick with ctx[i] (ctx NULL: NULL for all). A
+ * kept and next[i] (next not NULL) the pick after them, made by pick with ctx[i] (ctx NULL: NULL
+ * for all). A
  * session whose block cannot be verified yet (too close to the start) feeds ids[i][0] alone.
  * The sessions must be distinct. Returns 0, or -1 with no session changed when an input is
  * wrong, or after a failing pick (that session then holds the rows before it; the others are

@@ -77,7 +77,7 @@ struct sched {
     slot **b_slot;
     slot **spec;               /* [n_slots] the step's slots that decode by a speculative round */
     int32_t *r_ids;            /* [n_slots][draft + 1] each round's anchor and drafts */
-    int32_t *r_proposed, *r_kept, *r_next; /* [n_slots] each round's drafts proposed, kept, and the pick after them */
+    int32_t *r_proposed, *r_kept; /* [n_slots] each round's drafts proposed and kept */
     round_ctx *r_pick;         /* [n_slots] each round's picks */
     void **r_ctx;              /* [n_slots] &r_pick[i], as dsv41_batch_verify takes them */
     /* counters since start */
@@ -371,7 +371,7 @@ static void spec_step(sched *s, int32_t count) {
         s->b_sess[i] = sl->session, s->b_ids[i] = ids;
     }
     double t0 = now_s();
-    if (!err && dsv41_batch_verify(s->b_sess, s->b_ids, s->b_n, count, pick_token, s->r_ctx, s->r_kept, s->r_next))
+    if (!err && dsv41_batch_verify(s->b_sess, s->b_ids, s->b_n, count, pick_token, s->r_ctx, s->r_kept, NULL))
         err = dsv41_error();
     double dt = now_s() - t0;
     /* no copy of the logits: a round picked each slot's next token (sl->picked), and with drafts
@@ -568,7 +568,6 @@ static void free_slots(sched *s) {
     free(s->r_ids);
     free(s->r_proposed);
     free(s->r_kept);
-    free(s->r_next);
     free(s->r_pick);
     free(s->r_ctx);
 }
@@ -599,7 +598,7 @@ sched *sched_start(dsv41_model *m, const dsv41_tokenizer *tk, int32_t n_slots, i
              (s->b_logits = calloc(n, sizeof *s->b_logits)) && (s->b_slot = calloc(n, sizeof *s->b_slot)) &&
              (s->spec = calloc(n, sizeof *s->spec)) && (s->r_ids = calloc(n * (size_t)(draft + 1), sizeof *s->r_ids)) &&
              (s->r_proposed = calloc(n, sizeof *s->r_proposed)) && (s->r_kept = calloc(n, sizeof *s->r_kept)) &&
-             (s->r_next = calloc(n, sizeof *s->r_next)) && (s->r_pick = calloc(n, sizeof *s->r_pick)) &&
+             (s->r_pick = calloc(n, sizeof *s->r_pick)) &&
              (s->r_ctx = calloc(n, sizeof *s->r_ctx));
     for (int32_t i = 0; ok && i < n_slots; i++) {
         atomic_init(&s->slots[i].prefill_layers, -1);

@@ -203,7 +203,11 @@ static int batch_sweep(const dsv41_model *m, int sampled, int32_t k) {
             if (bad >= 0 && bad < kk) ids[1 + bad] = (ids[1 + bad] + 1) % V;
             bs[busy] = s[i], idp[busy] = ids, nr[busy] = kk + 1, ctx[busy++] = smp[i];
         }
-        if (busy && dsv41_batch_verify(bs, (const int32_t *const *)idp, nr, busy, sampled ? dsv41_sample_pick : NULL, ctx, kept, next)) {
+        /* greedy, every other round asks for no next: it is then the argmax of the logits the
+         * verify leaves (those of the last kept row) */
+        const int no_next = !sampled && round % 2;
+        if (busy && dsv41_batch_verify(bs, (const int32_t *const *)idp, nr, busy, sampled ? dsv41_sample_pick : NULL, ctx, kept,
+                                       no_next ? NULL : next)) {
             fprintf(stderr, "batch verify: %s\n", dsv41_error());
             fails++;
             break;
@@ -211,6 +215,7 @@ static int batch_sweep(const dsv41_model *m, int sampled, int32_t k) {
         for (int32_t b = 0, i = 0; b < busy; b++, i++) {
             while (s[i] != bs[b]) i++;
             for (int32_t d = 0; d < kept[b] && e[i] < N; d++) out[i][e[i]++] = idp[b][1 + d];
+            if (no_next) next[b] = argmax(dsv41_session_logits(s[i]), V);
             if (e[i] < N) out[i][e[i]++] = next[b];
         }
     }

@@ -213,7 +213,7 @@ static int verify_batch(dsv41_session *const *s, const int32_t *const *ids, cons
         memcpy(s[i]->logits, logits[i] + m * V, (size_t)V * sizeof *row);
         s[i]->has_logits = 1;
         kept[i] = m;
-        next[i] = decision[2 * i + 1];
+        if (next) next[i] = decision[2 * i + 1];
     }
     for (int32_t i = 0; i < count; i++) {
         if (j && j[i].ring_old) s[i]->verify = NULL, journal_free(c, &j[i]);
@@ -241,7 +241,7 @@ int dsv41_batch_verify(dsv41_session *const *s, const int32_t *const *ids, const
     if (count < 2 || s[0]->m->part.n_ranks == 1) return verify_batch(s, ids, n, count, pick, ctx, kept, next, 1);
     if (verify_checked(s, n, count)) return -1;
     for (int32_t i = 0; i < count; i++)
-        if (verify_batch(s + i, ids + i, n + i, 1, pick, ctx ? ctx + i : NULL, kept + i, next + i, 1)) return -1;
+        if (verify_batch(s + i, ids + i, n + i, 1, pick, ctx ? ctx + i : NULL, kept + i, next ? next + i : NULL, 1)) return -1;
     return 0;
 }
 
