@@ -188,8 +188,8 @@ INL int dense_tile(const dtype ty, const uint8_t *const rp[RT], const uint8_t *c
  * columns go in spans of WIDE_SPAN (8 tokens' inputs: 16 KB), spans outermost in a block of
  * WIDE_ROWS rows: each pair of rows takes its accumulators from a parking buffer, runs the span
  * and parks them again. Every lane still sums its columns in column order, so the bits are the
- * 4 x 4 tiles', and each weight byte is read once. Only f32 and bf16 weights (the head, the
- * gates, the mixes) take it: the dequantized fp8 and fp4 ones are small and keep the tiles. */
+ * 4 x 4 tiles', and each weight byte is read once. Only weights stored as f32 or bf16 (the
+ * head, the mHC mixes) take it: the dequantized fp8 and fp4 ones are small and keep the tiles. */
 #define WIDE_TT 8      /* tokens, at most */
 #define WIDE_SPAN 512  /* columns a pass over the block takes */
 #define WIDE_ROWS 32   /* rows a block: their parked sums, 32 x 8 x 64 bytes = 16 KB */
