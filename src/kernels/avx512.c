@@ -19,8 +19,8 @@
  * holding whole blocks, each block's sum rounded once by one f32 FMA (see the fp8 section).
  * With 12 (fp8) or 16 (fp4) tokens or more, both keep integer sums with lanes holding 16
  * tokens and no horizontal sums, 32 products per 16-bit VNNI instruction: fp4's 2w against k' (see "quant, fp4, many
- * tokens"), fp8's W' against two digits of k, each block joined in f64 (see "quant, fp8, many
- * tokens").
+ * tokens"), fp8's W' against two digits of k, each block's sum rounded once by one f32 FMA, in
+ * f64 past 2^36 or with a small weight (see "quant, fp8, many tokens").
  * Both: inputs outside the exact range (not k/512 with |k| <= 448 * 512) and NaN weight codes
  * hand the call to a kernel that takes them (in the end the scalar one), which gives the same
  * bits.
