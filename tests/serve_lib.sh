@@ -11,14 +11,7 @@ trap 'for p in $pids; do kill -9 $p 2>/dev/null; done; rm -rf "$tmp"' EXIT
 # the model: synthesized weights, the V3 tokenizer with the V4.1 added-token table
 m=$tmp/tiny_text
 $dsv41 synth --config "$data/models/tiny_text.json" -o "$m" >/dev/null &&
-python3 - "$data/tokenizer" "$m/tokenizer.json" <<'PY' && ok || bad "build the test model"
-import json, sys
-tok = json.load(open(sys.argv[1] + "/deepseek-v3/tokenizer.json", encoding="utf-8"))
-added = json.load(open(sys.argv[1] + "/v41_added_tokens.json", encoding="utf-8"))["tokens"]
-tok["added_tokens"] = [{"id": a["id"], "content": a["content"], "single_word": False, "lstrip": False, "rstrip": False,
-                        "normalized": False, "special": a.get("special", True)} for a in added]
-json.dump(tok, open(sys.argv[2], "w", encoding="utf-8"), ensure_ascii=False)
-PY
+    python3 tools/v41_tokenizer.py "$data/tokenizer" "$m/tokenizer.json" && ok || bad "build the test model"
 
 . "$(dirname "$0")/serve_start.sh" # start NAME ARGS...: a server in the background, $port and $pid
 
