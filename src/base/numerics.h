@@ -41,7 +41,7 @@ typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
 #define LOAD16(p) (*(const v16u *)(const void *)(p))
 
-/* The one way 16 partial sums join (README, Numerics): halves added lane by lane, lane j + lane
+/* The one way 16 partial sums join (docs/NUMERICS.md): halves added lane by lane, lane j + lane
  * j+8, then j + j+4, j + j+2, j + j+1; p [16] is overwritten, the sum returned. Every dense dot
  * product of every kernel set and the f32 reductions that run over 16 lanes end with it. */
 static inline float sum16(float p[16]) {

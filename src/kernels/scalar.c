@@ -4,7 +4,7 @@
 #include "kernels.h"
 #include "numerics.h"
 
-/* The canonical dense order (README, Numerics): column i goes to partial sum i mod 16 as one
+/* The canonical dense order (docs/NUMERICS.md): column i goes to partial sum i mod 16 as one
  * fused multiply-add, the columns of a partial in increasing order, and sum16 joins the 16.
  * Every other set computes exactly this, however it tiles rows, tokens and columns. */
 static void scalar_dense(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
