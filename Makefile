@@ -178,7 +178,7 @@ build/aarch64:
 # tests/run.sh starts them in this order, the longest first (neon.sh runs under qemu on one CPU),
 # so that its lanes finish together
 TEST_SCRIPTS = tests/cli.sh tests/cli_text.sh tests/cli_chat.sh tests/cli_input.sh tests/cli_guard.sh tests/layers.sh tests/serve.sh \
-               tests/serve_text.sh tests/serve_slots.sh tests/serve_long.sh tests/serve_draft.sh tests/load.sh tests/python.sh tests/install.sh tests/runner.sh
+               tests/serve_text.sh tests/serve_slots.sh tests/serve_long.sh tests/serve_draft.sh tests/load.sh tests/python.sh tests/install.sh tests/readme.sh tests/runner.sh tests/links.sh
 
 # The npm packages the server's tests drive it with (openai, @anthropic-ai/sdk, puppeteer-core)
 # are the tests' own: installed from the lock file into the ignored tests/node/node_modules when
@@ -222,7 +222,7 @@ test-mpi: dsv41 dsv41-mpi $(BUILD)/mpi_draft
 
 # ---- fuzzing: libFuzzer harnesses (tests/fuzz/fuzz_*.c) over the library built with clang,
 # ASan and UBSan. `make fuzz-smoke` runs each for 10 s from seeds made of the shared data (CI);
-# `tests/fuzz/run.sh SECONDS [HARNESS...]` runs them for as long as wanted (README).
+# `tests/fuzz/run.sh SECONDS [HARNESS...]` runs them for as long as wanted (docs/TESTING.md).
 FUZZ_CC      = clang
 FUZZ_SAN     = -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_CFLAGS  = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -ffp-contract=off -Iinclude -g -O1 \
