@@ -23,9 +23,10 @@ the repository root). The README's fenced blocks say by their info string what t
                  command in it is checked against `dsv41 CMD --help` (the command, every flag)
 
 In every block that runs, /tmp/ becomes this test's temporary folder, ./dsv41 the program under
-test, ../shared/ $DSV41_SHARED when set, and 127.0.0.1:8080 the server's port. A block of another kind fails the test, so a new
-block has to say what it is. Every dsv41 command anywhere in the README has its flags checked. The
-README stays at most 260 lines, and the man page names every flag `dsv41 CMD --help` prints.
+test, ../shared/ $DSV41_SHARED when set, and 127.0.0.1:8080 the server's port. A block of another
+kind fails the test, so a new block has to say what it is. Every dsv41 command in the README and in
+the ```sh blocks of docs/ has its flags checked. The README stays at most 260 lines, and the man
+page names every flag `dsv41 CMD --help` prints.
 Prints "N passed, N failed"; every wait is bounded."""
 import json
 import os
@@ -334,6 +335,19 @@ try:
             bad("%s: an info string the test does not know (see tests/readme.py)" % where)
 finally:
     stop_server()
+
+# ---- the dsv41 commands of the docs' shell blocks: commands dsv41 has, flags their --help names
+for doc in sorted(os.listdir("docs")):
+    if not doc.endswith(".md"): continue
+    fence = None
+    for n, line in enumerate(open(os.path.join("docs", doc), encoding="utf-8"), 1):
+        if fence is None and line.startswith("```"):
+            fence, info, start = [], line[3:].strip(), n
+        elif fence is not None and line.rstrip("\n") == "```":
+            if info.split(" ")[0] == "sh": check_commands("".join(fence), "docs/%s:%d" % (doc, start))
+            fence = None
+        elif fence is not None:
+            fence.append(line)
 
 # ---- the man page names every flag of every command
 man = re.sub(r"\\f[BIRP]", " ", open("docs/dsv41.1", encoding="utf-8").read().replace("\\-", "-"))
