@@ -35,6 +35,8 @@ typedef struct {
 } linear_item;
 /* Every item's projection, as linear() computes it, in one job for the thread pool. */
 void linear_batch(const linear_item *items, int32_t n);
+/* Whether linear() rounds w's results to bf16 (all but the f32 GEMMs), so they travel as bf16. */
+int linear_rounds(const weight *w);
 /* Multiply-adds done by linear() so far, all threads (for FLOP rates). */
 uint64_t linear_macs(void);
 /* Bytes of w's elements and its block scales. */

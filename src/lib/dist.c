@@ -191,24 +191,24 @@ static void vote_on(void *ctx) {
 }
 
 /* Every rank says whether it loaded m and what; on any failure or disagreement every rank
- * drops its model and the leader's error names the first rank at fault. */
-static dsv41_model *agree(dsv41_model *m, int32_t id) {
+ * drops its model and the leader's error names the first rank at fault. split: the leader's. */
+static dsv41_model *agree(dsv41_model *m, int32_t id, int32_t split) {
     ballot b = {m, -1}; /* stays bad if the vote itself fails (a transport whose fail returns) */
     run_or_end(vote_on, &b);
     if (b.bad) {
         dsv41_model_free(m);
         return NULL;
     }
-    m->part = (model_part){collective_net.rank, collective_net.n_ranks, id};
+    m->part = (model_part){collective_net.rank, collective_net.n_ranks, id, split};
     return m;
 }
 
 dsv41_model *dist_load(int32_t op, const char *path, const dsv41_golden *g) {
     if (!leading()) return load_local(op, path, g);
     pthread_mutex_lock(&lead);
-    dist_op o = {.op = op, .id = ++last_id, .len = (int32_t)strlen(path) + 1};
+    dist_op o = {.op = op, .id = ++last_id, .flags = collective_net.split, .len = (int32_t)strlen(path) + 1};
     send_op(o, path);
-    dsv41_model *m = agree(load_local(op, path, g), o.id);
+    dsv41_model *m = agree(load_local(op, path, g), o.id, o.flags);
     pthread_mutex_unlock(&lead);
     return m;
 }
@@ -303,6 +303,8 @@ int dsv41_set_dist(const dsv41_dist *d) {
         return set_error("distribution: rank %d of %d ranks", d->rank, d->n_ranks);
     if (d->n_ranks > 1 && (!d->allgather || !d->broadcast || !d->fail))
         return set_error("distribution: the transport needs allgather, broadcast and fail");
+    if (d->split != DSV41_SPLIT_EXPERTS && d->split != DSV41_SPLIT_ROWS)
+        return set_error("distribution: split %d is neither experts nor rows", d->split);
     collective_net = *d;
     lead_active = leading() ? &hooks : NULL;
     return 0;
@@ -456,7 +458,7 @@ int32_t dsv41_follow(void) {
         case OP_LOAD_DIR:
         case OP_LOAD_GOLDEN:
         case OP_LOAD_BUILTIN: {
-            dsv41_model *m = agree(load_local(o.op, payload, NULL), o.id);
+            dsv41_model *m = agree(load_local(o.op, payload, NULL), o.id, o.flags);
             if (m) hold(&f, o.id, m);
             break;
         }

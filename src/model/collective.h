@@ -27,5 +27,12 @@ void collective_share_picks(const dsv41_model *m, int32_t E, const int64_t *firs
 void collective_table_rows(const dsv41_model *m, const weight *table, const int64_t *rows, int64_t n, float *out);
 /* y [T][w rows] = linear(w, x): each rank computes its share of the rows, all ranks get all. */
 void collective_linear(const dsv41_model *m, const weight *w, const float *x, int64_t T, float *y);
+/* linear_batch(items, n) where items [0, local) are this rank's own (its experts) and items
+ * [local, n) the dense projections every rank needs whole: on a model split by rows each rank
+ * computes its share of each such item's rows and all ranks get all of them (one all-gather);
+ * otherwise every rank computes them whole. */
+void collective_linear_rows(const dsv41_model *m, const linear_item *items, int32_t n, int32_t local);
+/* y [T][w rows] = linear(w, x), a dense projection: collective_linear_rows of it alone. */
+void collective_project(const dsv41_model *m, const weight *w, const float *x, int64_t T, float *y);
 
 #endif

@@ -67,7 +67,7 @@ static void block(const batch_seq *seq, int32_t count, int32_t l, int64_t T, con
     trace_f32(tr, h, 4, (int64_t[]){1, T, hc, dim}, "L%d.h_in", l);
     trace_f32(tr, pre_mix, 3, (int64_t[]){1, T, hc}, "L%d.pre_mix_in", l);
 
-    hc_mixes(h, T, c, &L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, a_pre, a_post, a_comb);
+    hc_mixes(m, h, T, &L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, a_pre, a_post, a_comb);
     hc_pre(h, pre_mix, T, hc, dim, x);
     rms_norm(x, L->attn_norm, T, dim, c->norm_eps, xn);
     trace_f32(tr, xn, 3, (int64_t[]){1, T, dim}, "L%d.attn_in", l);
@@ -75,7 +75,7 @@ static void block(const batch_seq *seq, int32_t count, int32_t l, int64_t T, con
     trace_f32(tr, y, 3, (int64_t[]){1, T, dim}, "L%d.attn_out", l);
     hc_post(y, h, a_post, a_comb, T, hc, dim, h_mid);
 
-    hc_mixes(h_mid, T, c, &L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, f_pre, f_post, f_comb);
+    hc_mixes(m, h_mid, T, &L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, f_pre, f_post, f_comb);
     hc_pre(h_mid, a_pre, T, hc, dim, x);
     rms_norm(x, L->ffn_norm, T, dim, c->norm_eps, xn);
     trace_f32(tr, xn, 3, (int64_t[]){1, T, dim}, "L%d.ffn_in", l);
