@@ -321,6 +321,27 @@ typedef struct {
     rank_report *all;           /* [n_ranks] */
 } report_call;
 
+/* Seconds per all-gather of dim bf16 values, each rank sending its share: what a split
+ * projection's exchange costs for one token. The best of 5 runs of 100 (the first warms the
+ * transport); every rank runs the same loop. */
+static double time_gather(int64_t dim) {
+    const int32_t K = collective_net.n_ranks;
+    scratch_mark mark = scratch_begin();
+    int64_t *counts = scratch_i64(K);
+    uint16_t *buf = scratch_bytes((size_t)dim * sizeof *buf);
+    memset(buf, 0, (size_t)dim * sizeof *buf);
+    for (int32_t r = 0; r < K; r++) counts[r] = (dim * (r + 1) / K - dim * r / K) * 2;
+    double best = 1e30;
+    for (int run = 0; run < 6; run++) {
+        double t0 = machine_now_s();
+        for (int i = 0; i < 100; i++) collective_net.allgather(collective_net.ctx, buf, counts);
+        double dt = (machine_now_s() - t0) / 100;
+        if (run > 0 && dt < best) best = dt;
+    }
+    scratch_end(mark);
+    return best;
+}
+
 static void report_run(void *ctx) {
     const report_call *c = ctx;
     rank_report *all = c->all;
@@ -329,10 +350,12 @@ static void report_run(void *ctx) {
     memset(all, 0, (size_t)collective_net.n_ranks * sizeof *all);
     rank_report *me = &all[collective_net.rank];
     me->sent = (double)collective_sent();
+    me->gathers = (double)collective_gathers();
     if (c->measure) {
         me->triad_gbps = machine_triad_gbps();
         me->peak_rss = machine_peak_rss();
         me->decode_bytes = part_decode_bytes(c->m);
+        me->gather_s = time_gather(c->m->cfg.dim);
     }
     for (int32_t r = 0; r < collective_net.n_ranks; r++) counts[r] = sizeof *all;
     collective_gather(all, counts);
@@ -346,7 +369,7 @@ static void report(const dsv41_model *m, int32_t measure, rank_report *all) {
 void dist_report(const dsv41_model *m, int32_t measure, rank_report *all) {
     if (!leads(m)) {
         all[0] = (rank_report){measure ? machine_triad_gbps() : 0, measure ? machine_peak_rss() : 0,
-                               measure ? part_decode_bytes(m) : 0, 0};
+                               measure ? part_decode_bytes(m) : 0, 0, 0, 0};
         return;
     }
     pthread_mutex_lock(&lead);

@@ -17,12 +17,15 @@
 #include "scratch.h"
 
 dsv41_dist collective_net = {0, 1, NULL, NULL, NULL, NULL, DSV41_SPLIT_EXPERTS};
-static uint64_t sent_total; /* bytes this rank sent to the others */
+static uint64_t sent_total;    /* bytes this rank sent to the others */
+static uint64_t gathers_total; /* all-gathers this rank took part in */
 
 uint64_t collective_sent(void) { return __atomic_load_n(&sent_total, __ATOMIC_RELAXED); }
+uint64_t collective_gathers(void) { return __atomic_load_n(&gathers_total, __ATOMIC_RELAXED); }
 
 void collective_gather(void *buf, const int64_t *counts) {
     const dsv41_dist *d = &collective_net;
+    __atomic_fetch_add(&gathers_total, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&sent_total, (uint64_t)counts[d->rank] * (uint64_t)(d->n_ranks - 1), __ATOMIC_RELAXED);
     d->allgather(d->ctx, buf, counts);
 }

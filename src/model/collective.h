@@ -15,8 +15,9 @@ extern dsv41_dist collective_net;
 void collective_gather(void *buf, const int64_t *counts);
 /* Rank 0's n bytes of buf to every rank. */
 void collective_bcast(void *buf, int64_t n);
-/* Bytes this rank sent to the others so far. */
+/* Bytes this rank sent to the others so far, and all-gathers it took part in. */
 uint64_t collective_sent(void);
+uint64_t collective_gathers(void);
 
 /* MoE of E experts (the target's or the drafter's): ys [first[e1] - first[e0]][dim] holds the
  * outputs of this rank's picks among experts [e0, e1) (first as in moe.c); on return, every

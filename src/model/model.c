@@ -55,15 +55,25 @@ double model_experts_reached(int32_t E, int32_t k, int32_t rows) {
     return rows == 1 ? (double)k : (double)E * (1.0 - pow(1.0 - (double)k / E, rows));
 }
 
-double model_layer_bytes(const layer_weights *L, double experts) {
+/* Bytes of layer L a forward reads: `experts` routed experts and its dense matrices, of which a
+ * model split by rows reads its share of each one's rows (wo_a's groups are split one by one;
+ * idx_wk, run once per compressed group, stays whole on every rank). m NULL: the whole layer. */
+static double layer_bytes(const dsv41_model *m, const layer_weights *L, double experts) {
     const weight *dense[32];
     int k = layer_dense_weights(L, dense);
     double n = 0.0;
-    for (int i = 0; i < k; i++) n += (double)weight_bytes(dense[i]);
+    for (int i = 0; i < k; i++) {
+        double b = (double)weight_bytes(dense[i]);
+        if (m && m->part.rows == DSV41_SPLIT_ROWS && dense[i] != &L->idx_wk)
+            b *= share(m, dense[i] == &L->wo_a ? m->cfg.o_lora_rank : dense[i]->rows, 0);
+        n += b;
+    }
     return n + experts * (double)(weight_bytes(&L->w1[0]) + weight_bytes(&L->w2[0]) + weight_bytes(&L->w3[0]));
 }
 
-/* The dense matrices in full, the head, the experts `rows` tokens reach and their table rows by
+double model_layer_bytes(const layer_weights *L, double experts) { return layer_bytes(NULL, L, experts); }
+
+/* The dense matrices (split by rows: this process's rows of them), the head, the experts `rows` tokens reach and their table rows by
  * this process's share of them (all of them when whole). */
 static double rows_bytes(const dsv41_model *m, int whole, int32_t rows) {
     const config *c = &m->cfg;
@@ -71,8 +81,9 @@ static double rows_bytes(const dsv41_model *m, int whole, int32_t rows) {
                (double)weight_bytes(&m->head) * share(m, c->vocab_size, whole);
     for (int l = 0; l < c->n_layers; l++) {
         const layer_weights *L = &m->layers[l];
-        n += model_layer_bytes(L, model_experts_reached(c->n_routed_experts, c->n_activated_experts, rows) *
-                                      share(m, c->n_routed_experts, whole));
+        n += layer_bytes(whole ? NULL : m, L,
+                         model_experts_reached(c->n_routed_experts, c->n_activated_experts, rows) *
+                             share(m, c->n_routed_experts, whole));
         if (L->engram >= 0)
             n += (double)rows * (double)(engram_cols(c) * weight_bytes(&L->eg_table) / (size_t)L->eg_table.rows) *
                  share(m, L->eg_table.rows, whole);
