@@ -200,6 +200,7 @@ static dsv41_model *agree(dsv41_model *m, int32_t id, int32_t split) {
         return NULL;
     }
     m->part = (model_part){collective_net.rank, collective_net.n_ranks, id, split};
+    if (split == DSV41_SPLIT_ROWS && part_touch(m)) fatal("rank %d: %s", collective_net.rank, dsv41_error());
     return m;
 }
 

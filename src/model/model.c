@@ -7,6 +7,7 @@
 
 #include "lead.h"
 #include "model.h"
+#include "pool.h"
 
 void *model_alloc(dsv41_model *m, size_t bytes) {
     if (m->n_owned == m->cap_owned) {
@@ -89,6 +90,62 @@ static double rows_bytes(const dsv41_model *m, int whole, int32_t rows) {
                  share(m, L->eg_table.rows, whole);
     }
     return n;
+}
+
+/* ---- a rank's first touch of its share */
+typedef struct {
+    const uint8_t *p;
+    size_t n;
+} span;
+
+typedef struct {
+    span *spans;
+    int64_t n, cap;
+    uint64_t sum; /* what the reads saw, kept so that they are made */
+} touch_list;
+
+static void add_rows(touch_list *t, const weight *w, int64_t lo, int64_t hi) {
+    DSV41_ASSERT(t->n < t->cap);
+    if (!w->data || hi <= lo) return;
+    size_t rb = weight_row_bytes(w);
+    t->spans[t->n++] = (span){(const uint8_t *)w->data + (size_t)lo * rb, (size_t)(hi - lo) * rb};
+}
+
+static void touch_range(void *ctx, int64_t b, int64_t e) {
+    touch_list *t = ctx;
+    uint64_t sum = 0;
+    for (int64_t i = b; i < e; i++)
+        for (size_t off = 0; off < t->spans[i].n; off += 4096) sum += ((const volatile uint8_t *)t->spans[i].p)[off];
+    __atomic_fetch_add(&t->sum, sum, __ATOMIC_RELAXED);
+}
+
+int part_touch(const dsv41_model *m) {
+    const config *c = &m->cfg;
+    const model_part *p = &m->part;
+    const int32_t K = p->n_ranks, r = p->rank, E = c->n_routed_experts;
+    touch_list t = {NULL, 0, (int64_t)c->n_layers * (32 + c->o_groups + 3 * (int64_t)E) + 1, 0}; /* spans at most */
+    if (!(t.spans = malloc((size_t)t.cap * sizeof *t.spans))) return set_error("out of memory");
+    add_rows(&t, &m->head, (int64_t)c->vocab_size * r / K, (int64_t)c->vocab_size * (r + 1) / K);
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        const layer_weights *L = &m->layers[l];
+        const weight *dense[32];
+        int n = layer_dense_weights(L, dense);
+        for (int i = 0; i < n; i++) {
+            const weight *w = dense[i];
+            if (w == &L->idx_wk) add_rows(&t, w, 0, w->rows); /* whole on every rank */
+            else if (w == &L->wo_a)
+                for (int64_t g = 0, o = c->o_lora_rank; g < c->o_groups; g++) add_rows(&t, w, g * o + o * r / K, g * o + o * (r + 1) / K);
+            else add_rows(&t, w, w->rows * r / K, w->rows * (r + 1) / K);
+        }
+        for (int32_t e = E * r / K; e < E * (r + 1) / K; e++) {
+            add_rows(&t, &L->w1[e], 0, L->w1[e].rows);
+            add_rows(&t, &L->w2[e], 0, L->w2[e].rows);
+            add_rows(&t, &L->w3[e], 0, L->w3[e].rows);
+        }
+    }
+    pool_run(t.n, 1, touch_range, &t);
+    free(t.spans);
+    return 0;
 }
 
 size_t model_decode_bytes(const dsv41_model *m) { return (size_t)rows_bytes(m, 1, 1); }

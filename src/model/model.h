@@ -91,6 +91,12 @@ void config_free(config *c);
  * variant: what this rank reads on average, with its shares of experts, table rows and head. */
 size_t model_decode_bytes(const dsv41_model *m);
 double part_decode_bytes(const dsv41_model *m);
+/* Reads a byte of every page of this rank's share of the weights a decoded token reads (its
+ * rows of the dense projections and of the head, its experts; not the Engram tables, which a
+ * token samples) on the pool's threads: the first touch puts a page on the NUMA node of the
+ * thread that makes it, so a rank bound to one node (mpirun --bind-to numa) holds its share in
+ * its own memory from the start. For a model split by rows. */
+int part_touch(const dsv41_model *m);
 /* The same for one forward of `rows` tokens (a verify block): the dense matrices and the head
  * once, the experts the rows reach (model_experts_reached), each row's table rows. */
 double model_rows_bytes(const dsv41_model *m, int32_t rows);
