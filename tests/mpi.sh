@@ -144,7 +144,7 @@ done
 # corrupt DIR RANK K others|own|owndense [rows]: overwrite what rank RANK of K does not own
 # (experts, Engram table rows, head rows but row 0, which the load's fingerprint samples; split
 # by rows also the dense projections' rows but row 0), or its own experts, or (split by rows) its
-# own rows of the dense projections. The shares are restated here: [n r / K, n (r+1) / K) of
+# own rows of the dense projections (but row 0). The shares are restated here: [n r / K, n (r+1) / K) of
 # each, of each output group's rows for wo_a; the indexer's wk stays whole on every rank.
 corrupt() { python3 - "$@" <<'PY'
 import json, os, re, struct, sys
@@ -171,7 +171,7 @@ for shard in sorted(set(wmap.values())):
             per = (e - b) // rows
             m = re.search(r"experts\.(\d+)\.", name)
             if rows_split and dense.search(name):
-                bad = [r for r in range(rows) if own_row(name, r, rows) == (what == "owndense") and (r or what == "owndense")]
+                bad = [r for r in range(1, rows) if own_row(name, r, rows) == (what == "owndense")]
             elif what == "owndense": continue
             elif m: bad = [r for r in range(rows) if own(int(m.group(1)), E) == (what == "own")]
             elif what == "own": continue

@@ -78,13 +78,14 @@ static void mix(uint64_t *h, const void *p, size_t n) {
     for (size_t i = 0; i < n; i++) *h = (*h ^ b[i]) * 0x100000001B3ULL;
 }
 
-/* a weight's form and, when every rank reads it whole, its first bytes and scale */
+/* a weight's form and, when every rank reads it (split by rows: a row of it), the first bytes of
+ * its row 0 and scale: one page beyond a rank's rows at most */
 static void mix_weight(uint64_t *h, const weight *w, int whole) {
     int64_t form[5] = {w->type, w->mode, w->rows, w->cols, w->scale_rows};
     mix(h, form, sizeof form);
     if (!whole || !w->data) return;
-    int64_t n = w->rows * w->cols / 2;
-    mix(h, w->data, (size_t)(n < 32 ? n : 32));
+    size_t n = weight_row_bytes(w);
+    mix(h, w->data, n < 32 ? n : 32);
     if (w->scale) mix(h, w->scale, 1);
 }
 
