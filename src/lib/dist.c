@@ -1,5 +1,6 @@
-/* dist.c - one model split across the ranks of a job: expert parallel, bit-identical to one
- * process. The control: loads and their vote, the leader's hooks, the followers' loop.
+/* dist.c - one model split across the ranks of a job: expert parallel (and, with --split
+ * rows, row-split tensor parallel for the dense projections), bit-identical to one process.
+ * The control: loads and their vote, the leader's hooks, the followers' loop.
  *
  * What is split and why (docs/DISTRIBUTED.md has the numbers): a decoded token reads every
  * dense matrix but only 6 of 384 experts per layer and 24 rows of each Engram table, so the
@@ -8,7 +9,10 @@
  * (the experts' outputs), once per Engram layer (the rows) and once for the head, whose rows
  * are split too because it is the largest matrix a token reads whole. Running attention on
  * rank 0 alone would add a broadcast of the MoE input per layer to the critical path and
- * leave the other ranks idle meanwhile.
+ * leave the other ranks idle meanwhile. Within one machine, where a message costs about a
+ * microsecond, splitting every dense projection by rows too (--split rows: ten exchanges a layer
+ * instead of one) divides the dense reads by the rank count; the leader's load op carries the
+ * split, so the followers need not be told it on their command lines.
  *
  * Exactness: the exchanges inside a forward, and why they keep one process's bits, are
  * model/collective.c; this file is the control around them.

@@ -2,8 +2,8 @@
  * job (collective.c), over the transport the program gave dsv41_set_dist.
  *
  * Inside a forward every rank computes the same replicated values, runs its share of the
- * experts, table rows and head rows, and the shares are exchanged whole, so every rank ends
- * each step with the same bits. */
+ * experts, table rows and head rows (split by rows also of every dense projection's rows), and
+ * the shares are exchanged whole, so every rank ends each step with the same bits. */
 #ifndef DSV41_COLLECTIVE_H
 #define DSV41_COLLECTIVE_H
 
