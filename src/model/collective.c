@@ -67,9 +67,10 @@ static int32_t owner(int64_t row, int64_t n, int32_t K) {
     return r;
 }
 
-void collective_table_rows(const dsv41_model *m, const weight *table, const int64_t *rows, int64_t n, float *out) {
+void collective_table_rows(const dsv41_model *m, const weight *table, const int64_t *rows, int64_t n, int round, float *out) {
     const int32_t K = m->part.n_ranks, me = m->part.rank;
-    const int64_t hd = table->cols, nb = (hd + 31) / 32, rb = hd + nb; /* a row as stored: e4m3 codes, e8m0 scales */
+    /* a row as stored: its codes, then its e8m0 block scales if it has them */
+    const int64_t hd = table->cols, nb = table->scale ? (hd + 31) / 32 : 0, cb = (int64_t)weight_row_bytes(table), rb = cb + nb;
     scratch_mark mark = scratch_begin();
     int32_t *own = scratch_i32(n);
     int64_t *counts = scratch_i64(K), *cnt = scratch_i64(K), *at = scratch_i64(K), *next = scratch_i64(K);
@@ -82,18 +83,21 @@ void collective_table_rows(const dsv41_model *m, const weight *table, const int6
     }
     uint8_t *buf = scratch_bytes((size_t)(n * rb) + 1);
     /* this rank's part: its rows' codes in slot order, then their scales */
-    uint8_t *codes = buf + at[me], *scales = codes + cnt[me] * hd;
+    uint8_t *codes = buf + at[me], *scales = codes + cnt[me] * cb;
     for (int64_t i = 0, j = 0; i < n; i++) {
         if (own[i] != me) continue;
-        memcpy(codes + j * hd, (const uint8_t *)table->data + rows[i] * hd, (size_t)hd);
-        memcpy(scales + j * nb, table->scale + (rows[i] / table->scale_rows) * nb, (size_t)nb);
+        memcpy(codes + j * cb, (const uint8_t *)table->data + rows[i] * cb, (size_t)cb);
+        if (nb) memcpy(scales + j * nb, table->scale + (rows[i] / table->scale_rows) * nb, (size_t)nb);
         j++;
     }
     collective_gather(buf, counts);
     for (int64_t i = 0; i < n; i++) {
         int32_t r = own[i];
-        weight part = {DT_E4M3, AS_STORED, cnt[r], hd, buf + at[r], buf + at[r] + cnt[r] * hd, 1};
-        for (int64_t d = 0; d < hd; d++) out[i * hd + d] = bf16_round(weight_get(&part, next[r], d));
+        weight part = {table->type, AS_STORED, cnt[r], hd, buf + at[r], nb ? buf + at[r] + cnt[r] * cb : NULL, 1};
+        for (int64_t d = 0; d < hd; d++) {
+            float v = weight_get(&part, next[r], d);
+            out[i * hd + d] = round ? bf16_round(v) : v;
+        }
         next[r]++;
     }
     scratch_end(mark);

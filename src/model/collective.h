@@ -23,9 +23,11 @@ uint64_t collective_gathers(void);
  * outputs of this rank's picks among experts [e0, e1) (first as in moe.c); on return, every
  * pick's. The outputs are bf16 values and travel as bf16. */
 void collective_share_picks(const dsv41_model *m, int32_t E, const int64_t *first, int32_t e0, int32_t e1, float *ys);
-/* out [n][table cols] = bf16(table row rows[i]) for every i, each row read by its owner and
- * sent as stored (e4m3 and its e8m0 scales). */
-void collective_table_rows(const dsv41_model *m, const weight *table, const int64_t *rows, int64_t n, float *out);
+/* out [n][table cols] = table row rows[i] for every i (rounded to bf16 if round, as the Engram
+ * rows are), each row read by its owner (rank r of K owns rows [R r / K, R (r+1) / K)) and sent
+ * as stored: its codes and, for e4m3, its e8m0 scales. */
+void collective_table_rows(const dsv41_model *m, const weight *table, const int64_t *rows, int64_t n, int round,
+                           float *out);
 /* y [T][w rows] = linear(w, x): each rank computes its share of the rows, all ranks get all. */
 void collective_linear(const dsv41_model *m, const weight *w, const float *x, int64_t T, float *y);
 /* linear_batch(items, n) where items [0, local) are this rank's own (its experts) and items

@@ -74,11 +74,12 @@ static double layer_bytes(const dsv41_model *m, const layer_weights *L, double e
 
 double model_layer_bytes(const layer_weights *L, double experts) { return layer_bytes(NULL, L, experts); }
 
-/* The dense matrices (split by rows: this process's rows of them), the head, the experts `rows` tokens reach and their table rows by
+/* The dense matrices and the embedding rows (split by rows: this process's rows of them), the head, the experts `rows` tokens reach and their table rows by
  * this process's share of them (all of them when whole). */
 static double rows_bytes(const dsv41_model *m, int whole, int32_t rows) {
     const config *c = &m->cfg;
-    double n = (double)rows * (double)(weight_bytes(&m->embed) / (size_t)c->vocab_size) +
+    double n = (double)rows * (double)(weight_bytes(&m->embed) / (size_t)c->vocab_size) *
+                   share(m, c->vocab_size, whole || m->part.rows != DSV41_SPLIT_ROWS) +
                (double)weight_bytes(&m->head) * share(m, c->vocab_size, whole);
     for (int l = 0; l < c->n_layers; l++) {
         const layer_weights *L = &m->layers[l];
@@ -104,11 +105,18 @@ typedef struct {
     uint64_t sum; /* what the reads saw, kept so that they are made */
 } touch_list;
 
-static void add_rows(touch_list *t, const weight *w, int64_t lo, int64_t hi) {
+static void add_span(touch_list *t, const weight *w, int64_t lo, int64_t hi) {
     DSV41_ASSERT(t->n < t->cap);
     if (!w->data || hi <= lo) return;
     size_t rb = weight_row_bytes(w);
     t->spans[t->n++] = (span){(const uint8_t *)w->data + (size_t)lo * rb, (size_t)(hi - lo) * rb};
+}
+
+/* rows [lo, hi) of rows [r0, r1) of w are this rank's: to touch; the rest of [r0, r1) to let go */
+static void add_share(touch_list *own, touch_list *other, const weight *w, int64_t r0, int64_t r1, int64_t lo, int64_t hi) {
+    add_span(own, w, lo, hi);
+    add_span(other, w, r0, lo);
+    add_span(other, w, hi, r1);
 }
 
 static void touch_range(void *ctx, int64_t b, int64_t e) {
@@ -119,32 +127,52 @@ static void touch_range(void *ctx, int64_t b, int64_t e) {
     __atomic_fetch_add(&t->sum, sum, __ATOMIC_RELAXED);
 }
 
+/* The kernel maps whole page-cache folios around the pages a process reads, so touching a
+ * rank's rows maps pages of its neighbours' rows too; the pages wholly inside the others'
+ * ranges are unmapped again (they stay in the page cache, and nothing here reads them). */
+static void let_go(const touch_list *t) {
+    const uintptr_t page = 4096;
+    for (int64_t i = 0; i < t->n; i++) {
+        uintptr_t b = ((uintptr_t)t->spans[i].p + page - 1) & ~(page - 1), e = ((uintptr_t)t->spans[i].p + t->spans[i].n) & ~(page - 1);
+        if (b < e) madvise((void *)b, e - b, MADV_DONTNEED);
+    }
+}
+
 int part_touch(const dsv41_model *m) {
     const config *c = &m->cfg;
     const model_part *p = &m->part;
     const int32_t K = p->n_ranks, r = p->rank, E = c->n_routed_experts;
-    touch_list t = {NULL, 0, (int64_t)c->n_layers * (32 + c->o_groups + 3 * (int64_t)E) + 1, 0}; /* spans at most */
-    if (!(t.spans = malloc((size_t)t.cap * sizeof *t.spans))) return set_error("out of memory");
-    add_rows(&t, &m->head, (int64_t)c->vocab_size * r / K, (int64_t)c->vocab_size * (r + 1) / K);
+    const int64_t cap = (int64_t)c->n_layers * (32 + c->o_groups + 3 * (int64_t)E) + 1, V = c->vocab_size; /* spans at most */
+    touch_list own = {malloc((size_t)cap * sizeof(span)), 0, cap, 0}, other = {malloc((size_t)cap * 2 * sizeof(span)), 0, 2 * cap, 0};
+    if (!own.spans || !other.spans) {
+        free(own.spans);
+        free(other.spans);
+        return set_error("out of memory");
+    }
+    add_share(&own, &other, &m->head, 0, V, V * r / K, V * (r + 1) / K);
     for (int32_t l = 0; l < c->n_layers; l++) {
         const layer_weights *L = &m->layers[l];
         const weight *dense[32];
         int n = layer_dense_weights(L, dense);
         for (int i = 0; i < n; i++) {
             const weight *w = dense[i];
-            if (w == &L->idx_wk) add_rows(&t, w, 0, w->rows); /* whole on every rank */
+            if (w == &L->idx_wk) add_span(&own, w, 0, w->rows); /* whole on every rank */
             else if (w == &L->wo_a)
-                for (int64_t g = 0, o = c->o_lora_rank; g < c->o_groups; g++) add_rows(&t, w, g * o + o * r / K, g * o + o * (r + 1) / K);
-            else add_rows(&t, w, w->rows * r / K, w->rows * (r + 1) / K);
+                for (int64_t g = 0, o = c->o_lora_rank; g < c->o_groups; g++)
+                    add_share(&own, &other, w, g * o, (g + 1) * o, g * o + o * r / K, g * o + o * (r + 1) / K);
+            else add_share(&own, &other, w, 0, w->rows, w->rows * r / K, w->rows * (r + 1) / K);
         }
-        for (int32_t e = E * r / K; e < E * (r + 1) / K; e++) {
-            add_rows(&t, &L->w1[e], 0, L->w1[e].rows);
-            add_rows(&t, &L->w2[e], 0, L->w2[e].rows);
-            add_rows(&t, &L->w3[e], 0, L->w3[e].rows);
+        for (int32_t e = 0; e < E; e++) {
+            int64_t mine = e >= E * r / K && e < E * (r + 1) / K, rows = L->w1[e].rows;
+            add_share(&own, &other, &L->w1[e], 0, rows, 0, mine ? rows : 0);
+            add_share(&own, &other, &L->w2[e], 0, L->w2[e].rows, 0, mine ? L->w2[e].rows : 0);
+            add_share(&own, &other, &L->w3[e], 0, rows, 0, mine ? rows : 0);
         }
     }
-    pool_run(t.n, 1, touch_range, &t);
-    free(t.spans);
+    pool_run(own.n, 1, touch_range, &own);
+    let_go(&other);
+    free(own.spans);
+    free(other.spans);
     return 0;
 }
 
