@@ -211,14 +211,19 @@ python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c.update(n_route
 # each process writes its children's peak to a file of its own (named by its Open MPI rank, 0
 # outside mpirun): on the stderr mpirun forwards, the ranks' lines can interleave mid-line
 peak='import os, resource, subprocess, sys; rc = subprocess.call(sys.argv[2:]); open(sys.argv[1] + "." + os.environ.get("OMPI_COMM_WORLD_RANK", "0"), "w").write("%d\n" % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(rc)'
-rm -f "$tmp"/peak1.* "$tmp"/peak2.*
+rm -f "$tmp"/peak1.* "$tmp"/peak2.* "$tmp"/peakr.*
 python3 -c "$peak" "$tmp/peak1" ./dsv41 run -m "$tmp/big" --ids $ids,13,21,34,45,52,60,4,16,23,37 -n 8 -t 1 >/dev/null 2>&1
 mpi -np 2 python3 -c "$peak" "$tmp/peak2" ./dsv41-mpi run -m "$tmp/big" --ids $ids,13,21,34,45,52,60,4,16,23,37 -n 8 -t 1 >/dev/null 2>&1
+mpi -np 2 python3 -c "$peak" "$tmp/peakr" ./dsv41-mpi run -m "$tmp/big" --ids $ids,13,21,34,45,52,60,4,16,23,37 -n 8 -t 1 --split rows >/dev/null 2>&1
 one=$(cat "$tmp"/peak1.0 2>/dev/null)
 two=$([ -f "$tmp/peak2.0" ] && [ -f "$tmp/peak2.1" ] && cat "$tmp"/peak2.* | sort -n | tail -n 1)
+rows=$([ -f "$tmp/peakr.0" ] && [ -f "$tmp/peakr.1" ] && cat "$tmp"/peakr.* | sort -n | tail -n 1)
 [ -n "$one" ] && [ -n "$two" ] && [ $((two * 100)) -le $((one * 80)) ] && ok ||
     bad "peak memory: one process $one KB, largest of 2 ranks $two KB (want at most 80%)"
-echo "peak resident memory: one process $one KB, largest of 2 ranks $two KB"
+# split by rows a rank also holds only its rows of the dense part and of the embedding
+[ -n "$one" ] && [ -n "$rows" ] && [ $((rows * 100)) -le $((one * 80)) ] && ok ||
+    bad "peak memory split by rows: one process $one KB, largest of 2 ranks $rows KB (want at most 80%)"
+echo "peak resident memory: one process $one KB, largest of 2 ranks $two KB split by experts, $rows KB by rows"
 
 # failures: one "dsv41: " line from rank 0 naming the rank, a non-zero exit, no hang
 fails() { # NAME PATTERN: runs the mpirun command after them
