@@ -15,15 +15,17 @@
 extern "C" {
 #endif
 
-/* ---- distribution: one model split across the ranks of a job (expert parallel)
+/* ---- distribution: one model split across the ranks of a job
  *
  * With a transport set (dsv41-mpi sets one over MPI), rank 0 leads: every model it loads,
  * session it opens, frees, empties, copies or loads and forward it runs is repeated by the
  * other ranks, which sit in dsv41_follow() until rank 0 calls dsv41_dist_end(). A model loaded
  * this way keeps only its rank's share of the routed experts, Engram table rows and head rows
- * in use; attention, the dense projections and the shared expert run on every rank. Results
- * are bit-identical to one process: partial outputs travel whole and are added in the single
- * process's order. */
+ * in use. Split by experts (the default) attention, the dense projections and the shared expert
+ * run whole on every rank; split by rows each rank computes its share of the output rows of
+ * every dense projection too, and the rows are all-gathered. Results are bit-identical to one
+ * process: partial outputs travel whole and are added in the single process's order. */
+enum { DSV41_SPLIT_EXPERTS, DSV41_SPLIT_ROWS };
 typedef struct {
     int32_t rank, n_ranks;  /* this process, of n_ranks >= 1 */
     void *ctx;              /* passed to the calls below */
@@ -35,6 +37,7 @@ typedef struct {
     /* Ends the whole job after printing msg (one line) for this rank. Never returns. The calls
      * above do the same when the transport fails: a rank cannot leave a collective half done. */
     void (*fail)(void *ctx, const char *msg);
+    int32_t split;          /* DSV41_SPLIT_EXPERTS or DSV41_SPLIT_ROWS: rank 0's decides */
 } dsv41_dist;
 /* Sets the transport for models loaded from now on (before any model is loaded). */
 int dsv41_set_dist(const dsv41_dist *d);

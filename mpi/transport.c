@@ -8,6 +8,7 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dsv41_dist.h"
 #include "transport.h"
@@ -62,6 +63,28 @@ static void broadcast(void *ctx, void *buf, int64_t n) {
     }
 }
 
+/* Takes `--split experts|rows` out of the command line, wherever it stands: rank 0's decides
+ * (the load tells the others), so only rank 0 checks the word. */
+static int32_t split_option(int *argc, char **argv) {
+    int32_t split = DSV41_SPLIT_EXPERTS;
+    for (int i = 1; i < *argc; i++) {
+        if (strcmp(argv[i], "--split")) continue;
+        const char *v = i + 1 < *argc ? argv[i + 1] : "";
+        if (!strcmp(v, "rows")) split = DSV41_SPLIT_ROWS;
+        else if (!strcmp(v, "experts")) split = DSV41_SPLIT_EXPERTS;
+        else if (rank == 0) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "--split takes experts or rows, not '%.60s'", v);
+            fail(NULL, msg);
+        }
+        int n = i + 1 < *argc ? 2 : 1;
+        for (int j = i; j + n <= *argc; j++) argv[j] = argv[j + n]; /* argv[argc] (NULL) moves too */
+        *argc -= n;
+        i--;
+    }
+    return split;
+}
+
 int transport_start(int *argc, char ***argv) {
     int provided, size;
     /* serialized: rank 0's library calls MPI from whichever thread runs a forward, one at a time */
@@ -73,7 +96,7 @@ int transport_start(int *argc, char ***argv) {
     check(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "Comm_rank");
     check(MPI_Comm_size(MPI_COMM_WORLD, &size), "Comm_size");
     if (provided < MPI_THREAD_SERIALIZED) fail(NULL, "this MPI does not allow calls from more than one thread");
-    dsv41_dist d = {rank, size, NULL, allgather, broadcast, fail};
+    dsv41_dist d = {rank, size, NULL, allgather, broadcast, fail, split_option(argc, *argv)};
     if (dsv41_set_dist(&d)) fail(NULL, dsv41_error());
     return rank;
 }

@@ -4,8 +4,9 @@
 #ifndef DSV41_MPI_TRANSPORT_H
 #define DSV41_MPI_TRANSPORT_H
 
-/* Starts MPI and gives the library its transport (dsv41_set_dist); returns this process's
- * rank. A failure prints one line and ends the job. */
+/* Starts MPI and gives the library its transport (dsv41_set_dist), split as `--split experts`
+ * or `--split rows` on the command line says (taken out of it; experts without); returns this
+ * process's rank. A failure prints one line and ends the job. */
 int transport_start(int *argc, char ***argv);
 /* Ends MPI (after rank 0's dsv41_dist_end and the others' dsv41_follow). */
 void transport_end(void);

@@ -1,5 +1,6 @@
 /* mpi_draft.c - speculative decoding on a model split over ranks, run by tests/mpi.sh under
- * mpirun on 1, 2 and 3 ranks with the tiny model with DSpark stages (dir in argv[1]).
+ * mpirun on 1, 2 and 3 ranks with the tiny model with DSpark stages (dir in argv[1]), split by
+ * experts or (--split rows) by rows.
  *
  * Three sessions follow greedy decoding's tokens by verifies of forced drafts, a different
  * kind each round (all the target's tokens, the last one wrong, the first one wrong, the
@@ -126,9 +127,13 @@ static int lead(const char *dir) {
 }
 
 int main(int argc, char **argv) {
-    int rc;
-    if (argc != 2) return fprintf(stderr, "usage: mpi_draft DIR\n"), 2;
-    if (transport_start(&argc, &argv) == 0) {
+    int rc, rank = transport_start(&argc, &argv); /* takes --split out of argv */
+    if (argc != 2) {
+        if (rank == 0) fprintf(stderr, "usage: mpi_draft DIR [--split experts|rows]\n");
+        transport_end();
+        return 2;
+    }
+    if (rank == 0) {
         rc = lead(argv[1]);
         dsv41_dist_end(rc);
     } else {

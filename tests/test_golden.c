@@ -110,7 +110,7 @@ static void test_components(const dsv41_model *m, const json *root) {
         int32_t *ri32 = malloc(T * k * 4);
         int64_t s3[3] = {1, T, hc}, s4[4] = {1, T, hc, hc}, sd[3] = {1, T, dim}, sh[4] = {1, T, hc, dim}, sk[2] = {T, k};
 
-        hc_mixes(h_in, T, c, &L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, a_pre, a_post, a_comb);
+        hc_mixes(m, h_in, T, &L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, a_pre, a_post, a_comb);
         CHECK(cmp_f32(rg, "L0.attn_pre", R, a_pre, 3, s3) && cmp_f32(rg, "L0.attn_post", R, a_post, 3, s3) &&
                   cmp_f32(rg, "L0.attn_comb", R, a_comb, 4, s4), "%s: hc_mixes on L0.h_in", rg);
         hc_pre(h_in, pre_in, T, hc, dim, y);
@@ -125,7 +125,7 @@ static void test_components(const dsv41_model *m, const json *root) {
               "%s: attention internals (q, window rows, indices, o)", rg);
 
         hc_post(attn_out, h_in, a_post, a_comb, T, hc, dim, mid);
-        hc_mixes(mid, T, c, &L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, f_pre, f_post, f_comb);
+        hc_mixes(m, mid, T, &L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, f_pre, f_post, f_comb);
         hc_pre(mid, a_pre, T, hc, dim, y);
         rms_norm(y, L->ffn_norm, T, dim, c->norm_eps, x);
         CHECK(cmp_f32(rg, "L0.ffn_pre", R, f_pre, 3, s3) && cmp_f32(rg, "L0.ffn_comb", R, f_comb, 4, s4) &&

@@ -141,7 +141,7 @@ dsv41_model *model_build(const config *cfg, weight_source *src) {
     dsv41_model *m = calloc(1, sizeof *m);
     if (!m) { set_error("out of memory"); return NULL; }
     m->cfg = *cfg;
-    m->part = (model_part){0, 1, 0};
+    m->part = (model_part){0, 1, 0, DSV41_SPLIT_EXPERTS};
     builder b = {m, src, ""};
     const config *c = &m->cfg;
     m->layers = model_alloc(m, (size_t)c->n_layers * sizeof *m->layers);

@@ -17,6 +17,8 @@ static uint64_t macs;
 
 uint64_t linear_macs(void) { return __atomic_load_n(&macs, __ATOMIC_RELAXED); }
 
+int linear_rounds(const weight *w) { return !(w->mode == AS_F32 || (w->type == DT_F32 && w->mode == AS_STORED)); }
+
 typedef struct {
     const weight *w;
     rows_fn fn;
@@ -90,7 +92,7 @@ void linear_batch(const linear_item *items, int32_t n) {
         const weight *w = it->w;
         int quant = (w->type == DT_E4M3 || w->type == DT_FP4) && w->mode == AS_STORED;
         jobs[i] = (linear_job){w, quant ? k->quant : k->dense, it->row0, it->n, it->T, it->xstride, it->x, NULL, it->y,
-                               !(w->mode == AS_F32 || (w->type == DT_F32 && w->mode == AS_STORED))};
+                               linear_rounds(w)};
         start[i + 1] = start[i] + it->n;
         macs_all += it->n * it->T * w->cols;
     }

@@ -3,10 +3,14 @@
 #include "kernels/kernels.h"
 #include "numerics.h"
 
+size_t weight_row_bytes(const weight *w) {
+    static const int SZ[] = {4, 2, 1, 1, 1};
+    return (size_t)(w->type == DT_FP4 ? (w->cols + 1) / 2 : w->cols) * (size_t)SZ[w->type];
+}
+
 size_t weight_bytes(const weight *w) {
     if (!w->data) return 0;
-    static const int SZ[] = {4, 2, 1, 1, 1};
-    size_t cols = (size_t)(w->type == DT_FP4 ? (w->cols + 1) / 2 : w->cols), n = (size_t)w->rows * cols * (size_t)SZ[w->type];
+    size_t n = (size_t)w->rows * weight_row_bytes(w);
     if (w->scale) n += (size_t)((w->scale_rows == 1 ? w->rows : (w->rows + 31) / 32) * ((w->cols + 31) / 32));
     return n;
 }

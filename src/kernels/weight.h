@@ -35,10 +35,13 @@ typedef struct {
 } linear_item;
 /* Every item's projection, as linear() computes it, in one job for the thread pool. */
 void linear_batch(const linear_item *items, int32_t n);
+/* Whether linear() rounds w's results to bf16 (all but the f32 GEMMs), so they travel as bf16. */
+int linear_rounds(const weight *w);
 /* Multiply-adds done by linear() so far, all threads (for FLOP rates). */
 uint64_t linear_macs(void);
-/* Bytes of w's elements and its block scales. */
+/* Bytes of w's elements and its block scales; of one row's elements. */
 size_t weight_bytes(const weight *w);
+size_t weight_row_bytes(const weight *w);
 /* Element (r, c) of w as f32 (embedding rows, table gathers). */
 float weight_get(const weight *w, int64_t r, int64_t c);
 /* The same without its block scale, and the e8m0 scale of row r's 32-block b. */

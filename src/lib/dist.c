@@ -1,5 +1,6 @@
-/* dist.c - one model split across the ranks of a job: expert parallel, bit-identical to one
- * process. The control: loads and their vote, the leader's hooks, the followers' loop.
+/* dist.c - one model split across the ranks of a job: expert parallel (and, with --split
+ * rows, row-split tensor parallel for the dense projections), bit-identical to one process.
+ * The control: loads and their vote, the leader's hooks, the followers' loop.
  *
  * What is split and why (docs/DISTRIBUTED.md has the numbers): a decoded token reads every
  * dense matrix but only 6 of 384 experts per layer and 24 rows of each Engram table, so the
@@ -8,7 +9,10 @@
  * (the experts' outputs), once per Engram layer (the rows) and once for the head, whose rows
  * are split too because it is the largest matrix a token reads whole. Running attention on
  * rank 0 alone would add a broadcast of the MoE input per layer to the critical path and
- * leave the other ranks idle meanwhile.
+ * leave the other ranks idle meanwhile. Within one machine, where a message costs about a
+ * microsecond, splitting every dense projection by rows too (--split rows: ten exchanges a layer
+ * instead of one) divides the dense reads by the rank count; the leader's load op carries the
+ * split, so the followers need not be told it on their command lines.
  *
  * Exactness: the exchanges inside a forward, and why they keep one process's bits, are
  * model/collective.c; this file is the control around them.
@@ -78,13 +82,14 @@ static void mix(uint64_t *h, const void *p, size_t n) {
     for (size_t i = 0; i < n; i++) *h = (*h ^ b[i]) * 0x100000001B3ULL;
 }
 
-/* a weight's form and, when every rank reads it whole, its first bytes and scale */
+/* a weight's form and, when every rank reads it (split by rows: a row of it), the first bytes of
+ * its row 0 and scale: one page beyond a rank's rows at most */
 static void mix_weight(uint64_t *h, const weight *w, int whole) {
     int64_t form[5] = {w->type, w->mode, w->rows, w->cols, w->scale_rows};
     mix(h, form, sizeof form);
     if (!whole || !w->data) return;
-    int64_t n = w->rows * w->cols / 2;
-    mix(h, w->data, (size_t)(n < 32 ? n : 32));
+    size_t n = weight_row_bytes(w);
+    mix(h, w->data, n < 32 ? n : 32);
     if (w->scale) mix(h, w->scale, 1);
 }
 
@@ -191,24 +196,25 @@ static void vote_on(void *ctx) {
 }
 
 /* Every rank says whether it loaded m and what; on any failure or disagreement every rank
- * drops its model and the leader's error names the first rank at fault. */
-static dsv41_model *agree(dsv41_model *m, int32_t id) {
+ * drops its model and the leader's error names the first rank at fault. split: the leader's. */
+static dsv41_model *agree(dsv41_model *m, int32_t id, int32_t split) {
     ballot b = {m, -1}; /* stays bad if the vote itself fails (a transport whose fail returns) */
     run_or_end(vote_on, &b);
     if (b.bad) {
         dsv41_model_free(m);
         return NULL;
     }
-    m->part = (model_part){collective_net.rank, collective_net.n_ranks, id};
+    m->part = (model_part){collective_net.rank, collective_net.n_ranks, id, split};
+    if (split == DSV41_SPLIT_ROWS && part_touch(m)) fatal("rank %d: %s", collective_net.rank, dsv41_error());
     return m;
 }
 
 dsv41_model *dist_load(int32_t op, const char *path, const dsv41_golden *g) {
     if (!leading()) return load_local(op, path, g);
     pthread_mutex_lock(&lead);
-    dist_op o = {.op = op, .id = ++last_id, .len = (int32_t)strlen(path) + 1};
+    dist_op o = {.op = op, .id = ++last_id, .flags = collective_net.split, .len = (int32_t)strlen(path) + 1};
     send_op(o, path);
-    dsv41_model *m = agree(load_local(op, path, g), o.id);
+    dsv41_model *m = agree(load_local(op, path, g), o.id, o.flags);
     pthread_mutex_unlock(&lead);
     return m;
 }
@@ -303,6 +309,8 @@ int dsv41_set_dist(const dsv41_dist *d) {
         return set_error("distribution: rank %d of %d ranks", d->rank, d->n_ranks);
     if (d->n_ranks > 1 && (!d->allgather || !d->broadcast || !d->fail))
         return set_error("distribution: the transport needs allgather, broadcast and fail");
+    if (d->split != DSV41_SPLIT_EXPERTS && d->split != DSV41_SPLIT_ROWS)
+        return set_error("distribution: split %d is neither experts nor rows", d->split);
     collective_net = *d;
     lead_active = leading() ? &hooks : NULL;
     return 0;
@@ -319,6 +327,27 @@ typedef struct {
     rank_report *all;           /* [n_ranks] */
 } report_call;
 
+/* Seconds per all-gather of dim bf16 values, each rank sending its share: what a split
+ * projection's exchange costs for one token. The best of 5 runs of 100 (the first warms the
+ * transport); every rank runs the same loop. */
+static double time_gather(int64_t dim) {
+    const int32_t K = collective_net.n_ranks;
+    scratch_mark mark = scratch_begin();
+    int64_t *counts = scratch_i64(K);
+    uint16_t *buf = scratch_bytes((size_t)dim * sizeof *buf);
+    memset(buf, 0, (size_t)dim * sizeof *buf);
+    for (int32_t r = 0; r < K; r++) counts[r] = (dim * (r + 1) / K - dim * r / K) * 2;
+    double best = 1e30;
+    for (int run = 0; run < 6; run++) {
+        double t0 = machine_now_s();
+        for (int i = 0; i < 100; i++) collective_net.allgather(collective_net.ctx, buf, counts);
+        double dt = (machine_now_s() - t0) / 100;
+        if (run > 0 && dt < best) best = dt;
+    }
+    scratch_end(mark);
+    return best;
+}
+
 static void report_run(void *ctx) {
     const report_call *c = ctx;
     rank_report *all = c->all;
@@ -327,10 +356,12 @@ static void report_run(void *ctx) {
     memset(all, 0, (size_t)collective_net.n_ranks * sizeof *all);
     rank_report *me = &all[collective_net.rank];
     me->sent = (double)collective_sent();
+    me->gathers = (double)collective_gathers();
     if (c->measure) {
         me->triad_gbps = machine_triad_gbps();
         me->peak_rss = machine_peak_rss();
         me->decode_bytes = part_decode_bytes(c->m);
+        me->gather_s = time_gather(c->m->cfg.dim);
     }
     for (int32_t r = 0; r < collective_net.n_ranks; r++) counts[r] = sizeof *all;
     collective_gather(all, counts);
@@ -344,7 +375,7 @@ static void report(const dsv41_model *m, int32_t measure, rank_report *all) {
 void dist_report(const dsv41_model *m, int32_t measure, rank_report *all) {
     if (!leads(m)) {
         all[0] = (rank_report){measure ? machine_triad_gbps() : 0, measure ? machine_peak_rss() : 0,
-                               measure ? part_decode_bytes(m) : 0, 0};
+                               measure ? part_decode_bytes(m) : 0, 0, 0, 0};
         return;
     }
     pthread_mutex_lock(&lead);
@@ -456,7 +487,7 @@ int32_t dsv41_follow(void) {
         case OP_LOAD_DIR:
         case OP_LOAD_GOLDEN:
         case OP_LOAD_BUILTIN: {
-            dsv41_model *m = agree(load_local(o.op, payload, NULL), o.id);
+            dsv41_model *m = agree(load_local(o.op, payload, NULL), o.id, o.flags);
             if (m) hold(&f, o.id, m);
             break;
         }

@@ -24,7 +24,10 @@ typedef struct {
     double triad_gbps;     /* this rank's triad, run on every rank at once */
     double peak_rss;       /* bytes */
     double decode_bytes;   /* weights this rank reads per decoded token (its shares) */
-    double sent;           /* bytes this rank sent since the previous report */
+    double sent;           /* bytes this rank sent so far */
+    double gathers;        /* all-gathers this rank took part in so far */
+    double gather_s;       /* one all-gather of a token's dim activations (bf16, each rank its
+                            * share), timed on every rank at once: the per-message cost */
 } rank_report;
 /* Every rank fills its report (measure 0: only resets the sent count); all [n_ranks]. */
 void dist_report(const dsv41_model *m, int32_t measure, rank_report *all);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collective.h"
 #include "model.h"
 #include "numerics.h"
 #include "pool.h"
@@ -510,12 +511,12 @@ void attention_forward(const batch_seq *seq, int32_t count, int32_t l, const flo
     if (ixs) items[ni++] = (linear_item){&L->idx_weights_proj, 0, IH, x, T, dim, p.iw};
     if (kvs) items[ni++] = (linear_item){&L->comp_wkv, 0, hd, x, T, dim, p.ckv};
     if (p.cgate) items[ni++] = (linear_item){&L->comp_wgate, 0, hd, x, T, dim, p.cgate};
-    linear_batch(items, ni);
+    collective_linear_rows(m, items, ni, 0);
     rms_norm(tq, L->q_norm, T, qrank, c->norm_eps, qr);
     ni = 0;
     items[ni++] = (linear_item){&L->wq_b, 0, (int64_t)H * hd, qr, T, qrank, p.q};
     if (ixs) items[ni++] = (linear_item){&L->idx_wq_b, 0, (int64_t)IH * c->index_head_dim, qr, T, qrank, p.iq};
-    linear_batch(items, ni);
+    collective_linear_rows(m, items, ni, 0);
     rms_norm(tkv, L->kv_norm, T, hd, c->norm_eps, p.kv);
 
     attn_job *jobs = scratch_bytes((size_t)count * sizeof *jobs);
@@ -528,11 +529,12 @@ void attention_forward(const batch_seq *seq, int32_t count, int32_t l, const flo
     trace_f32(tr, o, 4, (int64_t[]){1, T, H, hd}, "L%d.sa_o", l);
     for (int32_t i = 0; i < count; i++) /* un-rotated at each session's positions */
         rope_rows(rt, o + seq[i].row0 * H * hd, seq[i].T * H, H, hd, c->rope_head_dim, seq[i].s->pos + seq[i].at, 1);
-    attention_project(c, L, o, T, out);
+    attention_project(m, L, o, T, out);
     scratch_end(mark);
 }
 
-void attention_project(const config *c, const layer_weights *L, const float *o, int64_t T, float *out) {
+void attention_project(const dsv41_model *m, const layer_weights *L, const float *o, int64_t T, float *out) {
+    const config *c = &m->cfg;
     int32_t H = c->n_heads, hd = c->head_dim, G = c->o_groups, orank = c->o_lora_rank, gw = H * hd / G;
     scratch_mark mark = scratch_begin();
     float *og = scratch_f32(T * G * orank), *part = scratch_f32(G * T * orank);
@@ -540,11 +542,11 @@ void attention_project(const config *c, const layer_weights *L, const float *o, 
     linear_item *gitems = scratch_bytes((size_t)G * sizeof *gitems);
     for (int32_t g = 0; g < G; g++)
         gitems[g] = (linear_item){&L->wo_a, (int64_t)g * orank, orank, o + g * gw, T, (int64_t)H * hd, part + g * T * orank};
-    linear_batch(gitems, G);
+    collective_linear_rows(m, gitems, G, 0);
     for (int32_t g = 0; g < G; g++)
         for (int64_t t = 0; t < T; t++)
             memcpy(og + (t * G + g) * orank, part + (g * T + t) * orank, (size_t)orank * sizeof *part);
-    linear(&L->wo_b, og, T, out);
+    collective_project(m, &L->wo_b, og, T, out);
     scratch_end(mark);
 }
 

@@ -66,7 +66,7 @@ static void stage_keys(const dsv41_model *m, const layer_weights *L, const float
     const config *c = &m->cfg;
     scratch_mark mark = scratch_begin();
     float *t = scratch_f32(n * c->head_dim);
-    linear(&L->wkv, x, n, t);
+    collective_project(m, &L->wkv, x, n, t);
     rms_norm(t, L->kv_norm, n, c->head_dim, c->norm_eps, k);
     rope_rows(&m->rope_plain, k, n, 1, c->head_dim, c->rope_head_dim, pos0, 0);
     fp8_fake_quant(k, (size_t)(n * c->head_dim));
@@ -83,7 +83,7 @@ void dspark_flush(const dsv41_model *m, dspark_state *d) {
     float *x = scratch_f32((int64_t)n * ntd), *t = scratch_f32((int64_t)n * dim), *mx = scratch_f32((int64_t)n * dim);
     float *k = scratch_f32((int64_t)n * hd);
     for (int32_t i = 0; i < n; i++) memcpy(x + (int64_t)i * ntd, d->taps + (int64_t)((d->lo + i) % W) * ntd, (size_t)ntd * sizeof *x);
-    linear(&dw->main_proj, x, n, t);
+    collective_project(m, &dw->main_proj, x, n, t);
     rms_norm(t, dw->main_norm, n, dim, c->norm_eps, mx);
     for (int32_t s = 0; s < c->n_mtp_layers; s++) {
         stage_keys(m, &dw->stages[s], mx, n, d->lo, k);
@@ -110,9 +110,9 @@ static void stage_attention(const dsv41_model *m, const layer_weights *L, const 
     float *tq = scratch_f32((int64_t)B * qrank), *qr = scratch_f32((int64_t)B * qrank), *q = scratch_f32((int64_t)B * H * hd);
     float *rows = scratch_f32((int64_t)(W + B) * hd), *o = scratch_f32((int64_t)B * H * hd);
     int32_t *idx = scratch_i32((int64_t)B * width);
-    linear(&L->wq_a, x, B, tq);
+    collective_project(m, &L->wq_a, x, B, tq);
     rms_norm(tq, L->q_norm, B, qrank, c->norm_eps, qr);
-    linear(&L->wq_b, qr, B, q);
+    collective_project(m, &L->wq_b, qr, B, q);
     rope_rows(&m->rope_plain, q, (int64_t)B * H, H, hd, rd, S + 1, 0);
     memcpy(rows, ring, (size_t)W * hd * sizeof *rows);
     stage_keys(m, L, x, B, S + 1, rows + (int64_t)W * hd);
@@ -120,7 +120,7 @@ static void stage_attention(const dsv41_model *m, const layer_weights *L, const 
         for (int32_t i = 0; i < width; i++) idx[t * width + i] = i < nring ? i : W + i - nring;
     attention_sparse(c, L, q, rows, W + B, idx, width, B, o);
     rope_rows(&m->rope_plain, o, (int64_t)B * H, H, hd, rd, S + 1, 1);
-    attention_project(c, L, o, B, out);
+    attention_project(m, L, o, B, out);
     scratch_end(mark);
 }
 
@@ -136,12 +136,12 @@ static void stage_forward(const dsv41_model *m, const layer_weights *L, const fl
     float *x = scratch_f32(B * dim), *xn = scratch_f32(B * dim), *y = scratch_f32(B * dim), *mid = scratch_f32(B * hc * dim);
     float *rw = scratch_f32(B * k);
     int32_t *ri = scratch_i32(B * k);
-    hc_mixes(h, B, c, &L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, a_pre, a_post, a_comb);
+    hc_mixes(m, h, B, &L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, a_pre, a_post, a_comb);
     hc_pre(h, pre_mix, B, hc, dim, x);
     rms_norm(x, L->attn_norm, B, dim, c->norm_eps, xn);
     stage_attention(m, L, ring, S, xn, B, y);
     hc_post(y, h, a_post, a_comb, B, hc, dim, mid);
-    hc_mixes(mid, B, c, &L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, f_pre, f_post, f_comb);
+    hc_mixes(m, mid, B, &L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, f_pre, f_post, f_comb);
     hc_pre(mid, a_pre, B, hc, dim, x);
     rms_norm(x, L->ffn_norm, B, dim, c->norm_eps, xn);
     moe_layer(m, L, c->dspark_n_experts, k, xn, B, y, rw, ri);

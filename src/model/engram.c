@@ -103,8 +103,8 @@ void engram_forward(const dsv41_model *m, int32_t l, const int64_t *hashes, int6
     engram_job j = {c, L, hashes, scratch_i64(T * cols), split ? NULL : emb, h, kv};
     trace_f32(tr, h, 4, (int64_t[]){1, T, hc, dim}, "L%d.engram_in", l);
     pool_run(T, 16, gather_range, &j);
-    if (split) collective_table_rows(m, &L->eg_table, j.ids, T * cols, emb); /* each row from its owner */
-    linear(&L->eg_wkv, emb, T, kv);
+    if (split) collective_table_rows(m, &L->eg_table, j.ids, T * cols, 1, emb); /* each row from its owner */
+    collective_project(m, &L->eg_wkv, emb, T, kv);
     trace_i64(tr, j.ids, 3, (int64_t[]){1, T, cols}, "L%d.engram_hash_ids", l);
     trace_f32(tr, emb, 4, (int64_t[]){1, T, cols, ehd}, "L%d.engram_embed", l);
     trace_f32(tr, kv, 3, (int64_t[]){1, T, kvw}, "L%d.engram_kv", l);

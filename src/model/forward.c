@@ -67,7 +67,7 @@ static void block(const batch_seq *seq, int32_t count, int32_t l, int64_t T, con
     trace_f32(tr, h, 4, (int64_t[]){1, T, hc, dim}, "L%d.h_in", l);
     trace_f32(tr, pre_mix, 3, (int64_t[]){1, T, hc}, "L%d.pre_mix_in", l);
 
-    hc_mixes(h, T, c, &L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, a_pre, a_post, a_comb);
+    hc_mixes(m, h, T, &L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, a_pre, a_post, a_comb);
     hc_pre(h, pre_mix, T, hc, dim, x);
     rms_norm(x, L->attn_norm, T, dim, c->norm_eps, xn);
     trace_f32(tr, xn, 3, (int64_t[]){1, T, dim}, "L%d.attn_in", l);
@@ -75,7 +75,7 @@ static void block(const batch_seq *seq, int32_t count, int32_t l, int64_t T, con
     trace_f32(tr, y, 3, (int64_t[]){1, T, dim}, "L%d.attn_out", l);
     hc_post(y, h, a_post, a_comb, T, hc, dim, h_mid);
 
-    hc_mixes(h_mid, T, c, &L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, f_pre, f_post, f_comb);
+    hc_mixes(m, h_mid, T, &L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, f_pre, f_post, f_comb);
     hc_pre(h_mid, a_pre, T, hc, dim, x);
     rms_norm(x, L->ffn_norm, T, dim, c->norm_eps, xn);
     trace_f32(tr, xn, 3, (int64_t[]){1, T, dim}, "L%d.ffn_in", l);
@@ -117,14 +117,23 @@ static inline int batch_valid(const batch_seq *seq, int32_t count) {
 }
 
 /* The residual stream of n tokens ids as the model's input: h [n][hc][dim], the embedding in
- * every copy. */
+ * every copy. Split by rows each row comes from the rank owning it, as an Engram row does: a
+ * rank maps no pages of the others' rows (the kernel maps whole folios around a row it reads). */
 static void embed_rows(const dsv41_model *m, const int32_t *ids, int64_t n, float *h) {
     int32_t hc = m->cfg.hc_mult, dim = m->cfg.dim;
+    scratch_mark mark = scratch_begin();
+    float *rows = NULL;
+    if (m->part.n_ranks > 1 && m->part.rows == DSV41_SPLIT_ROWS) {
+        int64_t *at = scratch_i64(n);
+        for (int64_t t = 0; t < n; t++) at[t] = ids[t];
+        collective_table_rows(m, &m->embed, at, n, 0, rows = scratch_f32(n * dim));
+    }
     for (int64_t t = 0; t < n; t++) {
         float *ht = h + t * hc * dim;
-        for (int32_t d = 0; d < dim; d++) ht[d] = weight_get(&m->embed, ids[t], d);
+        for (int32_t d = 0; d < dim; d++) ht[d] = rows ? rows[t * dim + d] : weight_get(&m->embed, ids[t], d);
         for (int32_t k = 1; k < hc; k++) memcpy(ht + k * dim, ht, (size_t)dim * sizeof *h);
     }
+    scratch_end(mark);
 }
 
 /* The rows a session's part of a call takes through a layer at a time: all of them, or for a

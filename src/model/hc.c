@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "collective.h"
 #include "model.h"
 #include "numerics.h"
 #include "pool.h"
@@ -66,11 +67,12 @@ static void mix_range(void *ctx, int64_t b, int64_t e) {
 }
 
 /* h [T][hc][dim], fn [(2+hc)*hc][hc*dim] -> pre [T][hc], post [T][hc], comb [T][hc][hc] */
-void hc_mixes(const float *h, int64_t T, const config *c, const weight *fn, const float *scale, const float *base,
+void hc_mixes(const dsv41_model *m, const float *h, int64_t T, const weight *fn, const float *scale, const float *base,
               float *pre, float *post, float *comb) {
+    const config *c = &m->cfg;
     scratch_mark mark = scratch_begin();
     float *mix = scratch_f32(T * (2 + c->hc_mult) * c->hc_mult);
-    linear(fn, h, T, mix); /* fn is f32: raw f32 sums */
+    collective_project(m, fn, h, T, mix); /* fn is f32: raw f32 sums */
     mix_job j = {h, scale, base, c, mix, pre, post, comb};
     pool_run(T, 4, mix_range, &j);
     scratch_end(mark);

@@ -91,6 +91,12 @@ void config_free(config *c);
  * variant: what this rank reads on average, with its shares of experts, table rows and head. */
 size_t model_decode_bytes(const dsv41_model *m);
 double part_decode_bytes(const dsv41_model *m);
+/* Reads a byte of every page of this rank's share of the weights a decoded token reads (its
+ * rows of the dense projections and of the head, its experts; not the Engram tables, which a
+ * token samples) on the pool's threads: the first touch puts a page on the NUMA node of the
+ * thread that makes it, so a rank bound to one node (mpirun --bind-to numa) holds its share in
+ * its own memory from the start. For a model split by rows. */
+int part_touch(const dsv41_model *m);
 /* The same for one forward of `rows` tokens (a verify block): the dense matrices and the head
  * once, the experts the rows reach (model_experts_reached), each row's table rows. */
 double model_rows_bytes(const dsv41_model *m, int32_t rows);
@@ -161,10 +167,12 @@ typedef struct {
 
 /* A model's place in a job split across ranks (dist.c): this rank owns the contiguous share
  * [n r / K, n (r+1) / K) of the routed experts (n = n_routed_experts), of each Engram table's
- * rows and of the head's rows. */
+ * rows and of the head's rows; split by rows, also of the output rows of every dense projection
+ * a forward runs through collective_linear_rows (n = the projection's rows). */
 typedef struct {
     int32_t rank, n_ranks;                  /* n_ranks 1: the whole model in one process */
     int32_t id;                             /* the leader's handle, the same on every rank */
+    int32_t rows;                           /* DSV41_SPLIT_ROWS: the dense projections split too */
 } model_part;
 
 /* Whether rank p owns item i of n (an expert, a table row, a head row). */
@@ -324,7 +332,7 @@ const capture *trace_find(const dsv41_trace *tr, const char *name);
 /* ---- components (one op per function, shapes above each definition) */
 void rms_norm(const float *x, const float *w, int64_t T, int32_t n, float eps, float *y);
 float rms_sum_squares(const float *x, int64_t n); /* in a fixed order, the same at any n (rms.c) */
-void hc_mixes(const float *h, int64_t T, const config *c, const weight *fn, const float *scale,
+void hc_mixes(const dsv41_model *m, const float *h, int64_t T, const weight *fn, const float *scale,
               const float *base, float *pre, float *post, float *comb);
 void hc_split_sinkhorn(const float *mix, const float *scale, const float *base, int32_t hc, int32_t iters,
                        float eps, float *pre, float *post, float *comb);
@@ -353,6 +361,6 @@ void moe_layer(const dsv41_model *m, const layer_weights *L, int32_t E, int32_t 
 void attention_sparse(const config *c, const layer_weights *L, const float *q, const float *rows, int32_t nrows,
                       const int32_t *idx, int32_t width, int64_t T, float *o);
 /* The output projections of attention: o [T][H][head_dim] (un-rotated) -> out [T][dim]. */
-void attention_project(const config *c, const layer_weights *L, const float *o, int64_t T, float *out);
+void attention_project(const dsv41_model *m, const layer_weights *L, const float *o, int64_t T, float *out);
 
 #endif

@@ -104,11 +104,12 @@ static void run_experts(const dsv41_model *m, const layer_weights *L, int32_t E,
         items[ni++] = (linear_item){&L->w1[e], 0, inter, xs + f * dim, cnt, dim, g + f * inter};
         items[ni++] = (linear_item){&L->w3[e], 0, inter, xs + f * dim, cnt, dim, u + f * inter};
     }
+    int32_t own = ni; /* the shared expert's items after this rank's experts' */
     if (shared) {
         items[ni++] = (linear_item){&L->sw1, 0, sinter, x, T, dim, gs};
         items[ni++] = (linear_item){&L->sw3, 0, sinter, x, T, dim, us};
     }
-    linear_batch(items, ni);
+    collective_linear_rows(m, items, ni, own);
     swiglu(c, g, u, n, inter, rw);
     if (shared) swiglu(c, gs, us, T, sinter, NULL);
     ni = 0;
@@ -116,8 +117,9 @@ static void run_experts(const dsv41_model *m, const layer_weights *L, int32_t E,
         int64_t cnt = first[e + 1] - first[e], f = first[e] - p0;
         if (cnt > 0 && part_owns(&m->part, E, e)) items[ni++] = (linear_item){&L->w2[e], 0, dim, g + f * inter, cnt, inter, ys + f * dim};
     }
+    own = ni;
     if (shared) items[ni++] = (linear_item){&L->sw2, 0, dim, gs, T, sinter, yss};
-    linear_batch(items, ni);
+    collective_linear_rows(m, items, ni, own);
     scratch_end(mark);
 }
 
@@ -183,7 +185,7 @@ void moe_layer(const dsv41_model *m, const layer_weights *L, int32_t E, int32_t 
     float *acc = scratch_f32(T * dim), *scores = scratch_f32(T * E), *rw = scratch_f32(n);
     int32_t *rows = scratch_i32(n);
     int64_t *first = scratch_bytes((size_t)(E + 1) * sizeof *first); /* expert e: picks [first[e], first[e+1]) */
-    linear(&L->gate, x, T, scores);
+    collective_project(m, &L->gate, x, T, scores);
     route_job rj = {c, E, k, L->gate_bias, scores, route_w, route_idx};
     pool_run(T, 16, route_range, &rj);
     /* the picks grouped by expert, tokens in order within each: a counting sort */

@@ -7,6 +7,7 @@
  * that has not started (one a busy host has descheduled, or one still waking up), only for
  * ranges already taken, so a late worker costs a job at most its share, never a stall. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -188,6 +189,12 @@ int32_t pool_threads(void) {
     pthread_mutex_lock(&P.mu);
     if (P.n == 0) { /* the first use, unless another thread's came first */
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
+#ifdef CPU_COUNT
+        /* the cores this process may run on: a rank bound to one NUMA node (mpirun --bind-to
+         * numa) runs a thread per core of that node, not of the machine */
+        cpu_set_t set;
+        if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) cores = CPU_COUNT(&set);
+#endif
         set_threads(cores < 1 ? 1 : cores > MAX_THREADS ? MAX_THREADS : (int32_t)cores);
     }
     n = P.n;

@@ -424,15 +424,17 @@ static int report_ranks(const dsv41_model *m, int json, FILE *out) {
     }
     for (int32_t r = 0; rc == 0 && r < K; r++) {
         const rank_report *a = &after[r];
-        double sent = (a->sent - before[r].sent) / steps;
+        double sent = (a->sent - before[r].sent) / steps, gathers = (a->gathers - before[r].gathers) / steps;
         if (json)
             fprintf(out, "%s{\"rank\": %d, \"triad_gbps\": %.3f, \"weight_bytes_per_token\": %.0f, "
-                         "\"sent_bytes_per_token\": %.0f, \"peak_rss_bytes\": %.0f}%s", r ? ", " : "\"ranks\": [", r,
-                    a->triad_gbps, a->decode_bytes, sent, a->peak_rss, r == K - 1 ? "], " : "");
+                         "\"sent_bytes_per_token\": %.0f, \"allgathers_per_token\": %.1f, \"allgather_s\": %.9f, "
+                         "\"peak_rss_bytes\": %.0f}%s", r ? ", " : "\"ranks\": [", r, a->triad_gbps, a->decode_bytes,
+                    sent, gathers, a->gather_s, a->peak_rss, r == K - 1 ? "], " : "");
         else
             fprintf(out, "rank %2d: triad %.1f GB/s (all ranks at once), weights read per decoded token %.1f MB, "
-                         "sent %.1f KB per token, peak resident memory %.0f MB\n", r, a->triad_gbps,
-                    a->decode_bytes / 1e6, sent / 1e3, a->peak_rss / 1e6);
+                         "sent %.1f KB in %.0f all-gathers per token (one of %d bf16 values: %.1f us), peak resident "
+                         "memory %.0f MB\n", r, a->triad_gbps, a->decode_bytes / 1e6, sent / 1e3, gathers,
+                    m->cfg.dim, 1e6 * a->gather_s, a->peak_rss / 1e6);
     }
     dsv41_session_free(s);
     free(logits);
