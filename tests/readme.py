@@ -103,9 +103,13 @@ def check_commands(text, where):
         if c and c[0] == "mpirun":  # mpirun's own options and their values, then the program
             c = c[1:]
             while c and c[0].startswith("-"):
-                c = c[2:] if c[0] in ("-np", "-n", "--hostfile", "-H", "--host") else c[1:]
+                c = c[2:] if c[0] in ("-np", "-n", "--hostfile", "-H", "--host", "--map-by", "--bind-to") else c[1:]
         if not c or os.path.basename(c[0]) not in ("dsv41", "dsv41-mpi"):
             continue
+        if os.path.basename(c[0]) == "dsv41-mpi" and "--split" in c:  # the transport's own flag
+            i = c.index("--split")
+            check(c[i + 1:i + 2] in (["experts"], ["rows"]), "%s: dsv41-mpi --split takes experts or rows" % where)
+            c = c[:i] + c[i + 2:]
         if len(c) < 2 or c[1] in ("--version", "--help", "-h"):
             ok()
             continue
