@@ -346,12 +346,23 @@ void api_split_reply(const gen *g, reply_split *r) {
     if (!r->calls) r->content_end = len; /* a broken block stays text, with the whitespace before it */
 }
 
+int32_t api_reasoning_tokens(const server *sv, const gen *g) {
+    const job *j = g->job;
+    if (!(g->flags & DSV41_REPLY_THINKING)) return 0;
+    int32_t unthink = dsv41_tokenizer_find(sv->tok, "</think>");
+    for (int32_t i = 0; i < j->n_gen; i++)
+        if (j->ids[i] == unthink) return i + 1;
+    return j->n_gen;
+}
+
 /* The usage, and llama.cpp's timings member with the speculative counts (drafts checked by a
  * verify, and of those the ones kept) */
-static void put_usage(jbuf *o, const job *j) {
+static void put_usage(jbuf *o, const server *sv, const gen *g) {
+    const job *j = g->job;
     jb_printf(o, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
-                 "\"prompt_tokens_details\":{\"cached_tokens\":%d}},\"timings\":{\"draft_n\":%d,\"draft_n_accepted\":%d}",
-              j->n_prompt, j->n_gen, j->n_prompt + j->n_gen, j->n_cached, j->n_drafted, j->n_accepted);
+                 "\"prompt_tokens_details\":{\"cached_tokens\":%d},\"completion_tokens_details\":{\"reasoning_tokens\":%d}},"
+                 "\"timings\":{\"draft_n\":%d,\"draft_n_accepted\":%d}",
+              j->n_prompt, j->n_gen, j->n_prompt + j->n_gen, j->n_cached, api_reasoning_tokens(sv, g), j->n_drafted, j->n_accepted);
 }
 
 /* The tool calls of a reply in OpenAI's shape, "tool_calls":[...], with ids made from the
@@ -407,7 +418,7 @@ int api_reply(server *sv, gen *g, jbuf *out) {
         for (int32_t i = 0; i < j->n_gen; i++) jb_printf(out, "%s%d", i ? "," : "", j->ids[i]);
         jb_puts(out, "],");
     }
-    put_usage(out, j);
+    put_usage(out, sv, g);
     jb_puts(out, "}");
     return 200;
 }
@@ -512,7 +523,7 @@ int api_stream(server *sv, gen *g, jbuf *out) {
                       g->kind == GEN_CHAT ? "chat.completion.chunk" : "text_completion", g->created);
             jb_str(out, sv->model_name, strlen(sv->model_name));
             jb_puts(out, ",\"choices\":[],");
-            put_usage(out, j);
+            put_usage(out, sv, g);
             jb_puts(out, "}\n\n");
         }
     }

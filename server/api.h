@@ -64,6 +64,9 @@ void api_split_reply(const gen *g, reply_split *r);
 int api_stream_text(server *sv, gen *g, jbuf *out, put_delta put, reply_split *end);
 /* The id's serial part (after "chatcmpl-", "msg_"...), which the ids of tool calls reuse. */
 const char *api_id_serial(const gen *g);
+/* The reply's reasoning tokens: in thinking mode, those up to and including the first </think>
+ * (all of them when it never came); 0 otherwise. */
+int32_t api_reasoning_tokens(const server *sv, const gen *g);
 /* The stop string that ended the job's reply, or NULL (EOS, length, no stop). */
 const char *api_stop_hit(const gen *g);
 /* Text that is a string or an array of parts {"type", "text"} whose type is one of types

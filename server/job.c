@@ -29,6 +29,7 @@ void job_free(job *j) {
     free(j->prompt);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
     jb_free(&j->text);
+    jb_free(&j->echo);
     free(j->marks);
     free(j->ids);
     pthread_cond_destroy(&j->changed);

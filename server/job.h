@@ -29,6 +29,8 @@ typedef struct job {
     int special;              /* the text keeps every special token (else dsv41_token_in_reply's rule) */
     int32_t think_budget;     /* thinking mode: reasoning tokens after which </think> is fed instead
                                * of a sampled token, 0: the model ends its reasoning itself */
+    jbuf echo;                /* the request's members its reply repeats (",\"key\":value"...), for
+                               * the Responses API's response object */
     /* progress: written by the scheduler, read under the lock */
     jbuf text;                /* the reply: whole characters, cut before a stop string */
     size_t committed;         /* text[0, committed) is final: no stop string can take it back */

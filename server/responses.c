@@ -191,13 +191,37 @@ static int translate(const dsv41_json *root, jbuf *o, jbuf *err) {
     return o->oom ? api_error(err, 500, NULL, "out of memory") : 0;
 }
 
+/* The members of the response object that repeat the request: what it set, else the value
+ * this server used (store is always false: nothing is stored; include and prompt_cache_key
+ * change nothing here, the prompt cache finds a shared prefix by itself). */
+static void put_echo(jbuf *o, const dsv41_json *root) {
+    static const char *const members[][2] = {
+        {"instructions", "null"}, {"parallel_tool_calls", "true"}, {"tool_choice", "\"auto\""}, {"tools", "[]"},
+        {"text", "{\"format\":{\"type\":\"text\"}}"}, {"reasoning", "{\"effort\":null,\"summary\":null}"},
+        {"temperature", NULL}, {"top_p", NULL}, {"metadata", "{}"}, {"prompt_cache_key", NULL}, {"user", NULL},
+        {"truncation", NULL}, {"service_tier", NULL}};
+    jb_puts(o, ",\"store\":false");
+    for (size_t i = 0; i < sizeof members / sizeof members[0]; i++) {
+        const dsv41_json *v = dsv41_json_get(root, members[i][0]);
+        if (!v && !members[i][1]) continue;
+        jb_printf(o, ",\"%s\":", members[i][0]);
+        if (v) jb_value(o, v);
+        else jb_puts(o, members[i][1]);
+    }
+}
+
 int responses_parse(server *sv, const char *body, size_t n, gen *g, jbuf *err) {
     dsv41_json *root = dsv41_json_parse(body, n);
     if (!root) return api_error(err, 400, NULL, "malformed JSON: %s", dsv41_error());
     jbuf chat = {0};
     int status = translate(root, &chat, err);
-    dsv41_json_free(root);
     if (!status) status = api_parse_generation(sv, GEN_RESPONSE, chat.p, chat.n, g, err);
+    if (!status) {
+        put_echo(&g->job->echo, root);
+        if (g->job->echo.oom) status = api_error(err, 500, NULL, "out of memory");
+        if (status) job_free(g->job), g->job = NULL;
+    }
+    dsv41_json_free(root);
     jb_free(&chat);
     return status;
 }
@@ -233,10 +257,14 @@ static void put_call_item(jbuf *o, const gen *g, const dsv41_json *call, size_t 
     jb_puts(o, "}");
 }
 
+/* The status of the reply's last item, and of the response, once it ended: a reply cut by its
+ * token limit is incomplete, and so is the message it was writing. */
+static const char *end_status(const gen *g) { return g->job->end == END_LENGTH ? "incomplete" : "completed"; }
+
 /* The response object; r: the ended reply apart (NULL while it runs: no output, no usage). */
 static void put_response(server *sv, const gen *g, jbuf *o, const reply_split *r) {
     const job *j = g->job;
-    const char *status = !r ? "in_progress" : j->end == END_LENGTH ? "incomplete" : "completed";
+    const char *status = !r ? "in_progress" : end_status(g);
     jb_printf(o, "{\"id\":\"%s\",\"object\":\"response\",\"created_at\":%lld,\"status\":\"%s\",\"model\":", g->id, g->created, status);
     jb_str(o, sv->model_name, strlen(sv->model_name));
     jb_puts(o, ",\"output\":[");
@@ -245,18 +273,18 @@ static void put_response(server *sv, const gen *g, jbuf *o, const reply_split *r
     if (r && (g->flags & DSV41_REPLY_THINKING)) put_reasoning_item(o, g, text, r->reasoning_end), n++;
     if (r && (r->content_end > r->content_start || !r->calls)) {
         jb_puts(o, n++ ? "," : "");
-        put_message_item(o, g, "completed", text + r->content_start, r->content_end - r->content_start);
+        put_message_item(o, g, end_status(g), text + r->content_start, r->content_end - r->content_start);
     }
     for (size_t i = 0; r && i < dsv41_json_len(r->calls); i++) {
         jb_puts(o, n++ ? "," : "");
         put_call_item(o, g, dsv41_json_at(r->calls, i), i, 1);
     }
-    jb_printf(o, "],\"incomplete_details\":%s,\"error\":null,\"store\":false,\"parallel_tool_calls\":true,"
-                 "\"text\":{\"format\":{\"type\":\"text\"}},\"max_output_tokens\":%d,\"usage\":",
-              r && j->end == END_LENGTH ? "{\"reason\":\"max_output_tokens\"}" : "null", j->max_tokens);
+    jb_printf(o, "],\"incomplete_details\":%s,\"error\":null", r && j->end == END_LENGTH ? "{\"reason\":\"max_output_tokens\"}" : "null");
+    if (j->echo.n) jb_put(o, j->echo.p, j->echo.n);
+    jb_printf(o, ",\"max_output_tokens\":%d,\"usage\":", j->max_tokens);
     if (r) jb_printf(o, "{\"input_tokens\":%d,\"input_tokens_details\":{\"cached_tokens\":%d},\"output_tokens\":%d,"
-                        "\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":%d}",
-                     j->n_prompt, j->n_cached, j->n_gen, j->n_prompt + j->n_gen);
+                        "\"output_tokens_details\":{\"reasoning_tokens\":%d},\"total_tokens\":%d}",
+                     j->n_prompt, j->n_cached, j->n_gen, api_reasoning_tokens(sv, g), j->n_prompt + j->n_gen);
     else jb_puts(o, "null");
     jb_puts(o, "}");
 }
@@ -301,7 +329,7 @@ static void close_item(gen *g, jbuf *o, const char *text, size_t a, size_t b) {
     event(g, o, "response.output_item.done");
     jb_printf(o, ",\"output_index\":%d,\"item\":", index);
     if (part == PART_REASONING) put_reasoning_item(o, g, text + a, b - a);
-    else put_message_item(o, g, "completed", text + a, b - a);
+    else put_message_item(o, g, end_status(g), text + a, b - a);
     end(o);
     g->open = -1;
 }
