@@ -568,6 +568,14 @@ int tokenizer_is_special(const dsv41_tokenizer *t, int32_t id) {
 
 int dsv41_token_is_special(const dsv41_tokenizer *t, int32_t id) { return tokenizer_is_special(t, id); }
 
+int tokenizer_is_added(const dsv41_tokenizer *t, int32_t id) {
+    return id >= 0 && id < t->n_vocab && (t->kind[id] == TOK_ADDED || t->kind[id] == TOK_SPECIAL);
+}
+
+int32_t tokenizer_added_at(const dsv41_tokenizer *t, const char *p, size_t n, size_t *len) {
+    return trie_longest(t, (const unsigned char *)p, n, len);
+}
+
 /* The special tokens that mark a reply's parts: the start and end of its reasoning and the DSML
  * tool-call marker. Reply text keeps them even when it leaves special tokens out, because its
  * readers split the reply on them (the server into reasoning, answer and tool calls; a person
