@@ -199,6 +199,7 @@ static int put_tools(jbuf *o, const dsv41_json *root, jbuf *err) {
         }
         jb_puts(o, ",\"parameters\":");
         jb_value(o, schema);
+        api_copy_keys(o, t, (const char *const[]){"strict", NULL});
         jb_puts(o, "}}");
     }
     jb_puts(o, "]");
@@ -213,6 +214,24 @@ static int put_tools(jbuf *o, const dsv41_json *root, jbuf *err) {
         jb_puts(o, "}}");
     } else
         return api_bad(err, "tool_choice", "'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"none\"} or {\"type\": \"tool\", \"name\"}");
+    /* one call at most (auto), exactly one (any, tool): the grammar's calls block holds one */
+    if (dsv41_json_num(dsv41_json_get(choice, "disable_parallel_tool_use"), NULL) != 0) jb_puts(o, ",\"parallel_tool_calls\":false");
+    return 0;
+}
+
+/* output_config.format (or the beta's output_format): {"type": "json_schema", "schema"} as
+ * chat completions' response_format, which holds the answer to the schema. */
+static int put_format(jbuf *o, const dsv41_json *root, jbuf *err) {
+    const dsv41_json *format = dsv41_json_get(dsv41_json_get(root, "output_config"), "format");
+    const char *param = "output_config.format";
+    if (dsv41_json_type_of(format) == DSV41_JSON_NULL) format = dsv41_json_get(root, "output_format"), param = "output_format";
+    if (dsv41_json_type_of(format) == DSV41_JSON_NULL) return 0;
+    const dsv41_json *schema = dsv41_json_get(format, "schema");
+    if (!is_str(dsv41_json_get(format, "type")) || strcmp(type_of(format), "json_schema") || dsv41_json_type_of(schema) != DSV41_JSON_OBJ)
+        return api_error(err, 400, param, "'%s' must be {\"type\": \"json_schema\", \"schema\": {...}}", param);
+    jb_puts(o, ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"output\",\"strict\":true,\"schema\":");
+    jb_value(o, schema);
+    jb_puts(o, "}}");
     return 0;
 }
 
@@ -255,7 +274,7 @@ static int translate(const dsv41_json *root, int count, jbuf *o, int32_t *budget
     if (rc) return rc;
     jb_puts(o, "{");
     rc = put_messages(o, root, err);
-    if (rc || (rc = put_tools(o, root, err))) return rc;
+    if (rc || (rc = put_tools(o, root, err)) || (rc = put_format(o, root, err))) return rc;
     jb_printf(o, ",\"thinking\":{\"type\":\"%s\"}", on ? "enabled" : "disabled");
     /* the effort sets the V4.1 template's reasoning effort; without thinking there is no reasoning
      * for it to set, and it is ignored */
@@ -311,7 +330,7 @@ int anthropic_count_tokens(server *sv, const char *body, size_t n, jbuf *out) {
 
 static const char *stop_reason(const gen *g, const reply_split *r) {
     if (r->calls) return "tool_use";
-    return g->job->end == END_LENGTH ? "max_tokens" : api_stop_hit(g) ? "stop_sequence" : "end_turn";
+    return g->job->end == END_LENGTH ? "max_tokens" : g->job->end == END_DEAD ? "grammar_dead_end" : api_stop_hit(g) ? "stop_sequence" : "end_turn";
 }
 
 /* input_tokens counts what was computed: Anthropic's total input is it plus the cached part. */

@@ -274,6 +274,7 @@ int api_parse_generation(server *sv, gen_kind kind, const char *body, size_t n, 
             status = api_error(err, 400, max_key, "the prompt has %lld tokens and %s asks for %lld more: %lld in all, over the context of %d",
                                (long long)n_ids, max_key, (long long)max_tokens, (long long)(n_ids + max_tokens), sv->ctx);
     }
+    if (!status) status = structured_grammar(sv, root, kind, g->flags, j, err);
     if (!status) {
         j->sp.top_k = (int32_t)top_k;
         j->id_slot = (int32_t)id_slot;
@@ -294,7 +295,9 @@ int api_parse_generation(server *sv, gen_kind kind, const char *body, size_t n, 
 
 /* ---- replies */
 
-static const char *finish_name(job_end end) { return end == END_LENGTH ? "length" : "stop"; }
+/* A reply that its grammar let no token continue ends as "grammar_dead_end" on every route:
+ * its text is not what the grammar describes, and no client should take it for a whole one. */
+static const char *finish_name(job_end end) { return end == END_LENGTH ? "length" : end == END_DEAD ? "grammar_dead_end" : "stop"; }
 
 const char *api_stop_hit(const gen *g) { return g->job->stop_hit >= 0 ? g->job->stops[g->job->stop_hit] : NULL; }
 

@@ -78,6 +78,13 @@ int api_bad(jbuf *err, const char *param, const char *what);
  * each after a comma: the options a translated request passes on as they are. */
 void api_copy_keys(jbuf *o, const dsv41_json *src, const char *const *keys);
 
+/* ---- structured output (structured.c) */
+/* The grammar that request root (chat completions-shaped: Anthropic's and the Responses API's
+ * are translated first; kind the route it came by, flags how its reply splits) asks its reply to
+ * follow, compiled into j->grammar with j->trigger; j->grammar stays NULL when the reply is
+ * free. 0, or an HTTP status with the error reply in err. */
+int structured_grammar(server *sv, const dsv41_json *root, gen_kind kind, int flags, job *j, jbuf *err);
+
 /* POST /v1/messages and /v1/messages/count_tokens (anthropic.c): Anthropic's Messages API. */
 int anthropic_parse(server *sv, const char *body, size_t n, gen *g, jbuf *err);
 int anthropic_reply(server *sv, gen *g, jbuf *out);

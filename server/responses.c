@@ -144,7 +144,7 @@ static int put_tools(jbuf *o, const dsv41_json *root, jbuf *err) {
                 return api_bad(err, "tools", "only function tools (type \"function\" with a name) are supported");
             jb_puts(o, i ? ",{\"type\":\"function\",\"function\":{\"name\":" : "{\"type\":\"function\",\"function\":{\"name\":");
             jb_value(o, dsv41_json_get(t, "name"));
-            api_copy_keys(o, t, (const char *const[]){"description", "parameters", NULL});
+            api_copy_keys(o, t, (const char *const[]){"description", "parameters", "strict", NULL});
             jb_puts(o, "}}");
         }
         jb_puts(o, "]");
@@ -161,6 +161,22 @@ static int put_tools(jbuf *o, const dsv41_json *root, jbuf *err) {
     return 0;
 }
 
+/* text.format as chat completions' response_format: json_schema is flat here ({"type", "name",
+ * "schema", "strict"}) and wrapped there. */
+static int put_format(jbuf *o, const dsv41_json *root, jbuf *err) {
+    const dsv41_json *format = dsv41_json_get(dsv41_json_get(root, "text"), "format");
+    const char *type = str_at(format, "type");
+    if (dsv41_json_type_of(format) == DSV41_JSON_NULL || is(type, "text")) return 0;
+    if (is(type, "json_object")) jb_puts(o, ",\"response_format\":{\"type\":\"json_object\"}");
+    else if (is(type, "json_schema")) {
+        jb_puts(o, ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"output\"");
+        api_copy_keys(o, format, (const char *const[]){"schema", "strict", NULL});
+        jb_puts(o, "}}");
+    } else
+        return api_bad(err, "text.format", "text.format.type must be text, json_object or json_schema");
+    return 0;
+}
+
 /* The chat completions request a Responses request stands for, into o. */
 static int translate(const dsv41_json *root, jbuf *o, jbuf *err) {
     if (dsv41_json_type_of(root) != DSV41_JSON_OBJ) return api_bad(err, NULL, "the body must be a JSON object");
@@ -170,11 +186,9 @@ static int translate(const dsv41_json *root, jbuf *o, jbuf *err) {
         return api_bad(err, "background", "background responses are not supported: responses are not stored here");
     if (dsv41_json_type_of(dsv41_json_get(root, "conversation")) != DSV41_JSON_NULL)
         return api_bad(err, "conversation", "conversations are not stored here: send the whole conversation in 'input'");
-    const char *format = str_at(dsv41_json_get(dsv41_json_get(root, "text"), "format"), "type");
-    if (format && strcmp(format, "text")) return api_bad(err, "text", "only text output is supported (text.format.type \"text\")");
     jb_puts(o, "{");
     int rc = put_input(o, root, err);
-    if (rc || (rc = put_tools(o, root, err))) return rc;
+    if (rc || (rc = put_tools(o, root, err)) || (rc = put_format(o, root, err))) return rc;
     const dsv41_json *max = dsv41_json_get(root, "max_output_tokens"), *effort = dsv41_json_get(dsv41_json_get(root, "reasoning"), "effort");
     if (max) {
         jb_puts(o, ",\"max_tokens\":");
@@ -185,7 +199,7 @@ static int translate(const dsv41_json *root, jbuf *o, jbuf *err) {
         jb_value(o, effort);
     }
     static const char *const same[] = {"temperature", "top_p", "top_k", "stream", "seed", "min_p", "stop", "cache_prompt",
-                                       "id_slot", "skip_special_tokens", NULL};
+                                       "id_slot", "skip_special_tokens", "parallel_tool_calls", "grammar", NULL};
     api_copy_keys(o, root, same);
     jb_puts(o, "}");
     return o->oom ? api_error(err, 500, NULL, "out of memory") : 0;
@@ -259,7 +273,7 @@ static void put_call_item(jbuf *o, const gen *g, const dsv41_json *call, size_t 
 
 /* The status of the reply's last item, and of the response, once it ended: a reply cut by its
  * token limit is incomplete, and so is the message it was writing. */
-static const char *end_status(const gen *g) { return g->job->end == END_LENGTH ? "incomplete" : "completed"; }
+static const char *end_status(const gen *g) { return g->job->end == END_LENGTH || g->job->end == END_DEAD ? "incomplete" : "completed"; }
 
 /* The response object; r: the ended reply apart (NULL while it runs: no output, no usage). */
 static void put_response(server *sv, const gen *g, jbuf *o, const reply_split *r) {
@@ -279,7 +293,8 @@ static void put_response(server *sv, const gen *g, jbuf *o, const reply_split *r
         jb_puts(o, n++ ? "," : "");
         put_call_item(o, g, dsv41_json_at(r->calls, i), i, 1);
     }
-    jb_printf(o, "],\"incomplete_details\":%s,\"error\":null", r && j->end == END_LENGTH ? "{\"reason\":\"max_output_tokens\"}" : "null");
+    jb_printf(o, "],\"incomplete_details\":%s,\"error\":null",
+              !r ? "null" : j->end == END_LENGTH ? "{\"reason\":\"max_output_tokens\"}" : j->end == END_DEAD ? "{\"reason\":\"grammar_dead_end\"}" : "null");
     if (j->echo.n) jb_put(o, j->echo.p, j->echo.n);
     jb_printf(o, ",\"max_output_tokens\":%d,\"usage\":", j->max_tokens);
     if (r) jb_printf(o, "{\"input_tokens\":%d,\"input_tokens_details\":{\"cached_tokens\":%d},\"output_tokens\":%d,"
@@ -407,7 +422,7 @@ int responses_stream(server *sv, gen *g, jbuf *out) {
         put_call_item(out, g, call, i, 1);
         end(out);
     }
-    event(g, out, j->end == END_LENGTH ? "response.incomplete" : "response.completed");
+    event(g, out, !strcmp(end_status(g), "incomplete") ? "response.incomplete" : "response.completed");
     jb_puts(out, ",\"response\":");
     put_response(sv, g, out, &r);
     end(out);

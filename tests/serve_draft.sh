@@ -23,6 +23,8 @@ m=$md
 # ask NAME BODY: the reply of the server on $port in $tmp/NAME (in the background: wait for it)
 ask() { curl -s -o "$tmp/$1" --data-binary "$2" -H 'Content-Type: application/json' "http://127.0.0.1:$port/v1/chat/completions"; }
 sampled='{"model":"m","messages":[{"role":"user","content":"Tell a story"}],"temperature":0.8,"top_p":0.9,"seed":42,"max_tokens":20}'
+# a reply held to a JSON Schema: the grammar's pick is the verify's pick, so the same tokens
+constrained='{"model":"m","messages":[{"role":"user","content":"JSON"}],"temperature":1,"seed":5,"max_tokens":120,"response_format":{"type":"json_schema","json_schema":{"name":"t","schema":{"type":"object","properties":{"a":{"type":"array","items":{"enum":["x","yy",1]},"maxItems":6},"b":{"type":"string","maxLength":12}},"required":["a","b"]}}}}'
 
 for kind in plain draft; do
     if [ $kind = plain ]; then start $kind -np 2 || { finish; exit 1; }
@@ -32,6 +34,7 @@ for kind in plain draft; do
     ask $kind.c "$(chat "One more question" 24)" & c=$!
     wait $a $b $c
     ask $kind.s "$sampled"
+    ask $kind.j "$constrained"
     budget "a thinking budget ($kind)"
     req GET /metrics
     cp "$tmp/resp" "$tmp/$kind.metrics"
@@ -39,7 +42,7 @@ for kind in plain draft; do
 done
 
 contents "$tmp"/plain.? "$tmp"/draft.?
-for r in a b c s; do
+for r in a b c s j; do
     if [ -s "$tmp/plain.$r.txt" ] && cmp -s "$tmp/plain.$r.txt" "$tmp/draft.$r.txt"; then ok
     else bad "reply $r with --draft 3 differs: '$(head -c 200 "$tmp/draft.$r.txt")' vs '$(head -c 200 "$tmp/plain.$r.txt")'"; fi
 done

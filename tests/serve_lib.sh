@@ -70,3 +70,17 @@ budget() {
     $dsv41 render --chat "$tmp/think.json" >"$tmp/think.txt"
     python3 tests/serve_budget.py "$port" "$tmp/think.json" "$(cat "$tmp/think.txt")" && ok || bad "$1"
 }
+
+# client NAME PACKAGE SCRIPT: a node script (tests/client_lib.mjs) driving the server on $port
+# through an npm package, with $tmp/hello as its expected file and $n as its max tokens; its FAIL
+# lines are shown and its closing line is one case
+client() {
+    if [ ! -d "tests/node/node_modules/$2" ] || ! command -v node >/dev/null; then
+        bad "node or the $2 npm package is missing (make test installs the packages: npm ci --prefix tests/node)"
+        return
+    fi
+    out=$(node "$3" "http://127.0.0.1:$port" "$tmp/hello" $n 2>&1)
+    printf '%s\n' "$out" | grep '^FAIL' | sed "s/^FAIL: /FAIL: $1: /"
+    line=$(printf '%s\n' "$out" | tail -n 1)
+    case $line in *" passed, 0 failed") ok ;; *) bad "$1: $line" ;; esac
+}
