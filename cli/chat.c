@@ -40,6 +40,8 @@ typedef struct {
     float *logits;        /* [V] of the last token a prompt or a plain step fed: what the next pick reads */
     int32_t *hist;        /* [ctx] every token fed, for the penalties */
     int32_t V, eos, ctx;
+    dsv41_grammar *grammar; /* --json-schema / --grammar: what every reply follows, or NULL */
+    int32_t think_end;      /* the token after which a thinking reply's answer starts (the grammar's trigger), or -1 */
     int32_t prompt_tokens, gen_tokens;
     double prompt_s, gen_s;
 } chat_state;
@@ -81,6 +83,7 @@ typedef struct {
     int64_t taken, limit;       /* tokens in the reply; the most it takes */
     int end;                    /* TAKE_* of the token that ended it; TAKE_ON while it goes on */
     int eos;                    /* it ended with EOS */
+    dsv41_constrained_pick cp;  /* the reply's constraint (NULL without a grammar) and the sampler */
 } reply_state;
 
 /* What a picked token does to the reply: it goes on; it ends without the token (EOS, or no room
@@ -127,8 +130,11 @@ static int take(reply_state *r, int32_t tok, int32_t pos) {
  * exactly what one-token decoding feeds. */
 static int32_t pick(void *ctx, float *logits, const int32_t *history, int32_t n, int *last) {
     reply_state *r = ctx;
-    int32_t tok = dsv41_sample_pick(r->c->smp, logits, history, n, NULL);
+    int done = 0; /* a grammar that is complete with nothing to follow ends the reply after this token */
+    int32_t tok = r->cp.constraint ? dsv41_constraint_pick(&r->cp, logits, history, n, &done)
+                                   : dsv41_sample_pick(r->c->smp, logits, history, n, NULL);
     if (tok < 0 || (r->end = take(r, tok, n)) == TAKE_ERROR) return -1;
+    if (done && r->end == TAKE_ON) r->end = TAKE_FEED;
     *last = r->end != TAKE_ON;
     return tok;
 }
@@ -138,9 +144,11 @@ static int32_t pick(void *ctx, float *logits, const int32_t *history, int32_t n,
  * with EOS (which is not fed: the next turn's text closes the reply), 0 when it was cut, -1 on
  * error. */
 static int reply(chat_state *c, const gen_opts *o) {
-    reply_state r = {.c = c, .o = o, .limit = o->n_new >= 0 ? o->n_new : (int64_t)c->ctx};
+    reply_state r = {.c = c, .o = o, .limit = o->n_new >= 0 ? o->n_new : (int64_t)c->ctx, .cp = {NULL, c->smp}};
     int32_t *out = o->draft ? malloc((size_t)(o->draft + 1) * sizeof *out) : NULL, next = -1; /* next: picked, not fed */
     int rc = o->draft && !out ? fail("out of memory") : 0, last = 0;
+    if (rc == 0 && c->grammar && !(r.cp.constraint = dsv41_constraint_new(c->grammar, &c->eos, c->eos >= 0, c->think_end)))
+        rc = fail(dsv41_error());
     dsv41_draft_policy policy = o->policy; /* each reply starts without a pause */
     double t0 = now_s();
     while (rc == 0) {
@@ -168,6 +176,7 @@ static int reply(chat_state *c, const gen_opts *o) {
         if (r.end != TAKE_ON) break;
     }
     free(out);
+    dsv41_constraint_free(r.cp.constraint);
     if (rc) { free(r.text); return -1; }
     if (r.len > r.printed) fwrite(r.text + r.printed, 1, r.len - r.printed, stdout); /* what could have begun a stop string */
     if (r.st.n > 0) fputs("\xEF\xBF\xBD", stdout); /* a character the reply cut */
@@ -182,6 +191,27 @@ static void stats(const chat_state *c) {
     fprintf(stderr, "prompt: %d tokens, %.1f tok/s | generated: %d tokens, %.1f tok/s\n", c->prompt_tokens,
             c->prompt_s > 0 ? c->prompt_tokens / c->prompt_s : 0.0, c->gen_tokens,
             c->gen_s > 0 ? c->gen_tokens / c->gen_s : 0.0);
+}
+
+static char *read_file(const char *path);
+
+/* The grammar of --grammar FILE, or of the JSON Schema in --json-schema FILE; NULL after a
+ * one-line message (the file, or the problem and where it is). */
+static dsv41_grammar *load_grammar(const dsv41_tokenizer *tk, const gen_opts *o) {
+    const char *path = o->grammar ? o->grammar : o->json_schema;
+    char *text = read_file(path), *gtext = NULL;
+    if (!text) return NULL;
+    if (o->json_schema && !(gtext = dsv41_schema_grammar(text, strlen(text), NULL))) {
+        fprintf(stderr, "dsv41: %s: %s\n", path, dsv41_error());
+        free(text);
+        return NULL;
+    }
+    const char *g = gtext ? gtext : text;
+    dsv41_grammar *gr = dsv41_grammar_new(tk, g, strlen(g));
+    if (!gr) fprintf(stderr, "dsv41: %s: %s\n", path, dsv41_error());
+    free(text);
+    free(gtext);
+    return gr;
 }
 
 static int open_chat(chat_state *c, const gen_opts *o) {
@@ -199,6 +229,8 @@ static int open_chat(chat_state *c, const gen_opts *o) {
     c->ctx = dsv41_model_max_seq_len(c->m);
     if (o->ctx && o->ctx < c->ctx) c->ctx = o->ctx;
     c->eos = dsv41_tokenizer_eos(c->tk);
+    c->think_end = o->effort > 0 ? dsv41_tokenizer_find(c->tk, "</think>") : -1;
+    if ((o->json_schema || o->grammar) && !(c->grammar = load_grammar(c->tk, o))) return 1;
     c->logits = malloc((size_t)c->V * sizeof *c->logits);
     c->hist = malloc((size_t)c->ctx * sizeof *c->hist);
     if (!(c->smp = dsv41_sampler_new(&o->sp, c->V))) return fail(dsv41_error());
@@ -209,6 +241,7 @@ static int open_chat(chat_state *c, const gen_opts *o) {
 
 static void close_chat(chat_state *c) {
     cli_cancel_target(NULL);
+    dsv41_grammar_free(c->grammar);
     free(c->logits);
     free(c->hist);
     dsv41_sampler_free(c->smp);

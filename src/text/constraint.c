@@ -259,13 +259,91 @@ static int32_t advance(dsv41_constraint *c, int32_t s, int32_t kind, int32_t b) 
     return closure(c);
 }
 
-/* The byte transition, computed on first use: a state, DEAD, or UNKNOWN on a limit. */
+/* The byte transition, computed on first use for the byte's whole class: a state, DEAD, or
+ * UNKNOWN on a limit. */
 static inline int32_t step(dsv41_constraint *c, int32_t s, uint8_t b) {
     int32_t t = c->trans[(size_t)s * 256 + b];
     if (t != UNKNOWN) return t;
     t = advance(c, s, G_BYTES, b);
-    if (t != UNKNOWN) c->trans[(size_t)s * 256 + b] = t;
+    if (t == UNKNOWN) return t;
+    int32_t *row = c->trans + (size_t)s * 256;
+    for (int k = 0; k < 256; k++)
+        if (c->g->byte_class[k] == c->g->byte_class[b]) row[k] = t;
     return t;
+}
+
+/* ---- plain text: where every plain character (tokentrie.h) acts alike */
+
+enum { MIXED = -3 };
+
+/* The state every plain character leads to from s (through the same states for every byte of
+ * a UTF-8 length and lead range, so a token cut inside a character is alive too); DEAD when
+ * none can follow; MIXED when they differ; UNKNOWN on a limit. */
+static int32_t plain_next(dsv41_constraint *c, int32_t s) {
+    static const struct {
+        uint8_t lead_lo, lead_hi, n;  /* lead bytes, continuation bytes */
+        uint8_t lo[3], hi[3];         /* each continuation's range */
+    } rows[] = {
+        {0xC2, 0xDF, 1, {0x80}, {0xBF}},
+        {0xE0, 0xE0, 2, {0xA0, 0x80}, {0xBF, 0xBF}},
+        {0xE1, 0xEC, 2, {0x80, 0x80}, {0xBF, 0xBF}},
+        {0xED, 0xED, 2, {0x80, 0x80}, {0x9F, 0xBF}},
+        {0xEE, 0xEF, 2, {0x80, 0x80}, {0xBF, 0xBF}},
+        {0xF0, 0xF0, 3, {0x90, 0x80, 0x80}, {0xBF, 0xBF, 0xBF}},
+        {0xF1, 0xF3, 3, {0x80, 0x80, 0x80}, {0xBF, 0xBF, 0xBF}},
+        {0xF4, 0xF4, 3, {0x80, 0x80, 0x80}, {0x8F, 0xBF, 0xBF}},
+    };
+    int32_t to = DEAD, live = 0, dead = 0;
+    for (int b = 0x20; b < 0x7F; b++) {
+        if (!tokentrie_plain_ascii(b)) continue;
+        int32_t x = step(c, s, (uint8_t)b);
+        if (x == UNKNOWN) return UNKNOWN;
+        if (x == DEAD) { dead++; continue; }
+        if (live++ && x != to) return MIXED;
+        to = x;
+    }
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        int32_t at = DEAD;
+        for (int b = rows[r].lead_lo; b <= rows[r].lead_hi; b++) {
+            int32_t x = step(c, s, (uint8_t)b);
+            if (x == UNKNOWN) return UNKNOWN;
+            if (x == DEAD) { dead++; continue; }
+            if (at != DEAD && x != at) return MIXED;
+            at = x;
+        }
+        if (at == DEAD) continue;
+        for (int k = 0; k < rows[r].n; k++) { /* each continuation: every byte of its range to one state */
+            int32_t next = DEAD;
+            for (int b = rows[r].lo[k]; b <= rows[r].hi[k]; b++) {
+                int32_t x = step(c, at, (uint8_t)b);
+                if (x == UNKNOWN) return UNKNOWN;
+                if (x == DEAD || (next != DEAD && x != next)) return MIXED;
+                next = x;
+            }
+            at = next;
+        }
+        if (live++ && at != to) return MIXED;
+        to = at;
+    }
+    return !live ? DEAD : dead ? MIXED : to;
+}
+
+/* How many plain characters may follow s, all alike: PLAIN_MAX when at least that many (or
+ * any number); -1 when they act differently somewhere (the mask walks every token then);
+ * UNKNOWN on a limit. */
+static int32_t plain_run(dsv41_constraint *c, int32_t s) {
+    int32_t chain[PLAIN_MAX + 1];
+    chain[0] = s;
+    for (int32_t j = 0; j < PLAIN_MAX; j++) {
+        int32_t x = plain_next(c, chain[j]);
+        if (x == UNKNOWN) return UNKNOWN;
+        if (x == MIXED) return -1;
+        if (x == DEAD) return j;
+        for (int32_t i = 0; i <= j; i++)
+            if (chain[i] == x) return PLAIN_MAX; /* a loop: any number */
+        chain[j + 1] = x;
+    }
+    return PLAIN_MAX;
 }
 
 static int32_t start_state(dsv41_constraint *c) {
@@ -345,8 +423,12 @@ static const uint32_t *state_mask(dsv41_constraint *c, int32_t s) {
     }
     int32_t slot = c->n_masks++;
     uint32_t *m = c->masks + (size_t)slot * (size_t)c->words;
-    memset(m, 0, (size_t)c->words * sizeof *m);
-    const gram_trie *tr = &c->g->trie;
+    const tokentrie *tt = c->g->tt;
+    int32_t run = plain_run(c, s);
+    if (run == UNKNOWN) { c->n_masks--; return NULL; }
+    if (run >= 0) memcpy(m, tt->plain + (size_t)run * (size_t)tt->words, (size_t)c->words * sizeof *m);
+    else memset(m, 0, (size_t)c->words * sizeof *m);
+    const byte_trie *tr = run >= 0 ? &tt->rest : &tt->all;
     c->path[0] = s;
     for (int32_t i = 1; i < tr->n;) {
         int32_t t = step(c, c->path[tr->depth[i] - 1], tr->byte[i]);
@@ -446,10 +528,10 @@ dsv41_constraint *dsv41_constraint_new(const dsv41_grammar *g, const int32_t *st
     c->g = g;
     c->trigger = trigger;
     c->n_stop = n_stop;
-    c->words = (g->n_vocab + 31) / 32;
+    c->words = g->tt->words;
     c->stop = malloc((size_t)(n_stop + 1) * sizeof *c->stop);
     c->masks = malloc((size_t)MAX_MASKS * (size_t)c->words * sizeof *c->masks);
-    c->path = malloc((size_t)(g->trie.max_depth + 1) * sizeof *c->path);
+    c->path = malloc((size_t)(g->tt->all.max_depth + 1) * sizeof *c->path);
     if (!c->stop || !c->masks || !c->path) {
         dsv41_constraint_free(c);
         set_error("out of memory");

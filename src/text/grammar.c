@@ -605,90 +605,6 @@ out:
     return rc;
 }
 
-/* ---- the token trie */
-
-typedef struct {
-    const char *p;
-    uint32_t len;
-    int32_t id;
-} tok_ref;
-
-static int by_bytes(const void *a, const void *b) {
-    const tok_ref *x = a, *y = b;
-    uint32_t n = x->len < y->len ? x->len : y->len;
-    int c = memcmp(x->p, y->p, n);
-    if (c) return c;
-    if (x->len != y->len) return x->len < y->len ? -1 : 1;
-    return x->id < y->id ? -1 : x->id > y->id;
-}
-
-void grammar_trie_free(gram_trie *tr) {
-    free(tr->byte);
-    free(tr->depth);
-    free(tr->next);
-    free(tr->tok);
-    free(tr->ntok);
-    free(tr->ids);
-    memset(tr, 0, sizeof *tr);
-}
-
-int grammar_trie_build(const dsv41_tokenizer *t, gram_trie *tr) {
-    int32_t V = dsv41_tokenizer_n_vocab(t), n = 0;
-    tok_ref *refs = malloc((size_t)(V > 0 ? V : 1) * sizeof *refs);
-    if (!refs) return set_error("out of memory building the token trie");
-    size_t total = 1;
-    for (int32_t id = 0; id < V; id++) {
-        size_t len;
-        const char *b = tokenizer_is_added(t, id) ? NULL : dsv41_token_bytes(t, id, &len);
-        if (!b || len == 0 || len > UINT16_MAX) continue;
-        refs[n++] = (tok_ref){b, (uint32_t)len, id};
-        total += len;
-    }
-    qsort(refs, (size_t)n, sizeof *refs, by_bytes);
-    memset(tr, 0, sizeof *tr);
-    tr->byte = malloc(total);
-    tr->depth = malloc(total * sizeof *tr->depth);
-    tr->next = malloc(total * sizeof *tr->next);
-    tr->tok = malloc(total * sizeof *tr->tok);
-    tr->ntok = calloc(total, sizeof *tr->ntok);
-    tr->ids = malloc((size_t)(n ? n : 1) * sizeof *tr->ids);
-    int32_t *path = malloc((UINT16_MAX + 2) * sizeof *path);
-    if (!tr->byte || !tr->depth || !tr->next || !tr->tok || !tr->ntok || !tr->ids || !path) {
-        free(refs);
-        free(path);
-        grammar_trie_free(tr);
-        return set_error("out of memory building the token trie");
-    }
-    int32_t nodes = 1, depth = 0; /* path[d]: the node at depth d on the current branch */
-    path[0] = 0;
-    tr->byte[0] = 0, tr->depth[0] = 0, tr->tok[0] = 0;
-    for (int32_t k = 0; k < n; k++) {
-        uint32_t lcp = 0;
-        if (k) {
-            const tok_ref *a = &refs[k - 1];
-            while (lcp < a->len && lcp < refs[k].len && a->p[lcp] == refs[k].p[lcp]) lcp++;
-        }
-        while (depth > (int32_t)lcp) tr->next[path[depth--]] = nodes;
-        for (uint32_t d = lcp; d < refs[k].len; d++) {
-            int32_t i = nodes++;
-            tr->byte[i] = (uint8_t)refs[k].p[d];
-            tr->depth[i] = (uint16_t)(d + 1);
-            tr->tok[i] = 0;
-            path[++depth] = i;
-        }
-        int32_t at = path[depth];
-        if (tr->ntok[at] == 0) tr->tok[at] = k;
-        tr->ntok[at]++;
-        tr->ids[k] = refs[k].id;
-        if (depth > tr->max_depth) tr->max_depth = depth;
-    }
-    while (depth >= 0) tr->next[path[depth--]] = nodes;
-    tr->n = nodes;
-    free(refs);
-    free(path);
-    return 0;
-}
-
 /* ---- the public calls */
 
 static void parser_free(parser *p) {
@@ -726,6 +642,24 @@ static int flatten(parser *p, dsv41_grammar *g) {
     g->n_el = e, g->n_alt = a, g->n_rule = p->n_rules;
     g->sets = p->sets, g->n_set = p->n_sets;
     p->sets = NULL;
+    /* byte classes: bytes in exactly the same sets act alike everywhere (refined set by set) */
+    uint8_t next[256];
+    int32_t n_class = 1;
+    memset(g->byte_class, 0, sizeof g->byte_class);
+    for (int32_t k = 0; k < g->n_set; k++) {
+        int16_t map[256][2];
+        memset(map, 0xFF, sizeof map);
+        int32_t n = 0;
+        for (int b = 0; b < 256; b++) {
+            int in = gram_set_has(g, k, (uint8_t)b);
+            int16_t *m = &map[g->byte_class[b]][in];
+            if (*m < 0) *m = (int16_t)n++;
+            next[b] = (uint8_t)*m;
+        }
+        memcpy(g->byte_class, next, sizeof next);
+        n_class = n;
+    }
+    g->n_class = n_class;
     return 0;
 }
 
@@ -735,7 +669,6 @@ void dsv41_grammar_free(dsv41_grammar *g) {
     free(g->alt);
     free(g->rule_alt);
     free(g->sets);
-    grammar_trie_free(&g->trie);
     free(g);
 }
 
@@ -762,7 +695,7 @@ dsv41_grammar *dsv41_grammar_new(const dsv41_tokenizer *t, const char *text, siz
         g->tok = t;
         g->root = root;
         g->n_vocab = dsv41_tokenizer_n_vocab(t);
-        if (flatten(&p, g) || check_left_recursion(g, p.rules) || grammar_trie_build(t, &g->trie)) {
+        if (flatten(&p, g) || check_left_recursion(g, p.rules) || !(g->tt = tokentrie_get(t))) {
             dsv41_grammar_free(g);
             g = NULL;
         }

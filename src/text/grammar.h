@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "dsv41.h"
+#include "tokentrie.h"
 
 enum { G_END, G_BYTES, G_RULE, G_TOKEN };
 
@@ -18,19 +19,6 @@ typedef struct {
     int32_t kind; /* G_* */
     int32_t arg;  /* G_BYTES: a set in sets; G_RULE: a rule; G_TOKEN: a token id */
 } gram_el;
-
-/* The tokenizer's ordinary tokens (not added ones, not empty) in a byte trie, stored flat in
- * depth-first order: node i's subtree is [i, next[i]); node 0 is the root. */
-typedef struct {
-    uint8_t *byte;    /* [n] the byte leading into node i */
-    uint16_t *depth;  /* [n] bytes from the root */
-    int32_t *next;    /* [n] the first node after i's subtree */
-    int32_t *tok;     /* [n] the first of node i's tokens in ids (ntok[i] of them) */
-    int32_t *ntok;    /* [n] how many tokens end at node i */
-    int32_t *ids;     /* the token ids in trie order */
-    int32_t n;
-    int32_t max_depth;
-} gram_trie;
 
 struct dsv41_grammar {
     const dsv41_tokenizer *tok;
@@ -41,13 +29,11 @@ struct dsv41_grammar {
     int32_t n_el, n_alt, n_rule, n_set;
     int32_t root;       /* the start rule */
     int32_t n_vocab;    /* the tokenizer's ids */
-    gram_trie trie;
+    uint8_t byte_class[256]; /* bytes of one class are in the same sets: one transition serves them all */
+    int32_t n_class;
+    const tokentrie *tt;/* the tokenizer's tokens as tries and plain-text bitmaps (the tokenizer's) */
 };
 
 static inline int gram_set_has(const dsv41_grammar *g, int32_t set, uint8_t b) { return (int)(g->sets[set][b >> 6] >> (b & 63) & 1); }
-
-/* The byte trie of t's ordinary tokens into tr; 0, or -1 with the error set. */
-int grammar_trie_build(const dsv41_tokenizer *t, gram_trie *tr);
-void grammar_trie_free(gram_trie *tr);
 
 #endif

@@ -104,14 +104,19 @@ static const json *get(const view *v, const char *key) {
     return NULL;
 }
 
-/* Appends "/seg" (escaped as a JSON pointer) to the path; returns the old length. */
-static size_t path_push(ctx *c, const char *seg) {
+/* Appends "/kw" and, when key is not NULL, "/key" (escaped as a JSON pointer) to the path;
+ * returns the old length. */
+static size_t path_push(ctx *c, const char *kw, const char *key) {
     size_t old = strlen(c->path), n = old;
-    if (n + 2 < sizeof c->path) c->path[n++] = '/';
-    for (const char *p = seg; *p && n + 3 < sizeof c->path; p++) {
-        if (*p == '~') c->path[n++] = '~', c->path[n++] = '0';
-        else if (*p == '/') c->path[n++] = '~', c->path[n++] = '1';
-        else c->path[n++] = *p;
+    for (int part = 0; part < 2; part++) {
+        const char *seg = part ? key : kw;
+        if (!seg) break;
+        if (n + 2 < sizeof c->path) c->path[n++] = '/';
+        for (const char *p = seg; *p && n + 3 < sizeof c->path; p++) {
+            if (part && *p == '~') c->path[n++] = '~', c->path[n++] = '0';
+            else if (part && *p == '/') c->path[n++] = '~', c->path[n++] = '1';
+            else c->path[n++] = *p;
+        }
     }
     c->path[n] = 0;
     return old;
@@ -193,9 +198,9 @@ static void json_lit(sbuf *b, const json *v) {
 
 static int compile(ctx *c, const view *v);
 
-/* The rule of one subschema (a JSON value at key of the current node). */
-static int sub(ctx *c, const json *schema, const char *seg) {
-    size_t old = path_push(c, seg);
+/* The rule of one subschema (at kw, or kw/key, of the current node). */
+static int sub(ctx *c, const json *schema, const char *kw, const char *key) {
+    size_t old = path_push(c, kw, key);
     view v = {{schema}, 1, NULL};
     int r = compile(c, &v);
     path_pop(c, old);
@@ -391,7 +396,7 @@ static void emit_string(ctx *c, const view *v, sbuf *b) {
         { fail(c, "minLength / maxLength together with pattern or format is not supported", NULL); return; }
     if (pat) {
         if (pat->type != JSON_STR) { fail(c, "must be a string", "pattern"); return; }
-        size_t old = path_push(c, "pattern");
+        size_t old = path_push(c, "pattern", NULL);
         emit_pattern(c, pat->str, b);
         path_pop(c, old);
         return;
@@ -454,13 +459,13 @@ static void emit_array(ctx *c, const view *v, sbuf *b) {
     int *pr = malloc((size_t)(k + 1) * sizeof *pr);
     if (!pr) { c->failed = 1, set_error("out of memory"); return; }
     for (int i = 0; i < k && !c->failed; i++) {
-        char seg[40];
-        snprintf(seg, sizeof seg, "prefixItems/%d", i);
-        pr[i] = sub(c, &prefix->items[i], seg);
+        char idx[24];
+        snprintf(idx, sizeof idx, "%d", i);
+        pr[i] = sub(c, &prefix->items[i], "prefixItems", idx);
     }
     if (!(items && items->type == JSON_BOOL && items->num == 0)) {
         json any = {.type = JSON_BOOL, .num = 1};
-        rest = sub(c, items ? items : &any, "items");
+        rest = sub(c, items ? items : &any, "items", NULL);
     } else if (hi < 0 || hi > k) hi = k;
     if (c->failed) { free(pr); return; }
     if (hi >= 0 && hi < lo) { fail(c, "is below minItems (or what items allow)", "maxItems"); free(pr); return; }
@@ -536,40 +541,82 @@ static void except_keys(ctx *c, sbuf *b, const char *const *keys, int n, size_t 
     free(cls.s);
 }
 
+static int trivial(const json *s) { return (s->type == JSON_BOOL && s->num != 0) || (s->type == JSON_OBJ && s->len == 0); }
+
+/* What the members of v say of key k (NULL: of a key none of them names): the one schema that
+ * constrains it (NULL when none does: any value); *banned when one member's
+ * additionalProperties false leaves it out. Every member applies to every key (its properties
+ * or else its additionalProperties), so two that constrain one key would ask for an
+ * intersection: an error. */
+static const json *key_schema(ctx *c, const view *v, const char *k, int *banned) {
+    const json *only = NULL;
+    *banned = 0;
+    for (int i = 0; i < v->n; i++) {
+        if (v->s[i]->type != JSON_OBJ) continue;
+        const json *p = json_get(v->s[i], "properties"), *a = json_get(v->s[i], "additionalProperties");
+        const json *x = k && p ? json_get(p, k) : NULL;
+        if (!x) x = a;
+        if (!x || trivial(x)) continue;
+        if (x->type == JSON_BOOL) { *banned = 1; continue; }
+        if (only && only != x) { fail(c, "is constrained by two merged schemas (allOf / anyOf): intersections are not supported", k ? k : "additionalProperties"); return NULL; }
+        only = x;
+    }
+    return only;
+}
+
 static void emit_object(ctx *c, const view *v, sbuf *b) {
-    const json *props = get(v, "properties"), *req = get(v, "required"), *add = get(v, "additionalProperties");
-    if (props && props->type != JSON_OBJ) { fail(c, "must be an object", "properties"); return; }
-    if (req && req->type != JSON_ARR) { fail(c, "must be an array of names", "required"); return; }
-    if (!add && !props) add = &(json){.type = JSON_BOOL, .num = 1}; /* a bare object type: any object */
-    /* the named properties: required first (schema order), then the optional ones */
-    size_t np = props ? props->len : 0, nr = req ? req->len : 0;
-    const char **name = malloc((np + nr + 1) * sizeof *name);
-    int *rule = malloc((np + nr + 1) * sizeof *rule), *is_req = calloc(np + nr + 1, sizeof *is_req);
+    int any_props = 0, any_add = 0;
+    size_t cap = 1;
+    for (int i = 0; i < v->n; i++) {
+        if (v->s[i]->type != JSON_OBJ) continue;
+        const json *p = json_get(v->s[i], "properties"), *r = json_get(v->s[i], "required");
+        if (p && p->type != JSON_OBJ) { fail(c, "must be an object", "properties"); return; }
+        if (r && r->type != JSON_ARR) { fail(c, "must be an array of names", "required"); return; }
+        for (size_t j = 0; r && j < r->len; j++)
+            if (r->items[j].type != JSON_STR) { fail(c, "must be an array of names", "required"); return; }
+        any_props |= p != NULL, any_add |= json_get(v->s[i], "additionalProperties") != NULL;
+        cap += (p ? p->len : 0) + (r ? r->len : 0);
+    }
+    const char **name = malloc(cap * sizeof *name);
+    int *rule = malloc(cap * sizeof *rule), *is_req = calloc(cap, sizeof *is_req);
     if (!name || !rule || !is_req) { c->failed = 1, set_error("out of memory"); goto out; }
+    /* required ones in the order of properties, then required ones none lists, then the optional ones */
     size_t n = 0;
-    for (size_t i = 0; i < nr; i++)
-        if (req->items[i].type != JSON_STR) { fail(c, "must be an array of names", "required"); goto out; }
-    /* required ones in the order of properties, then required ones it lacks, then the optional ones */
-    for (int pass = 0; pass < 3; pass++) {
-        size_t m = pass == 1 ? nr : np;
-        for (size_t i = 0; i < m; i++) {
-            const char *k = pass == 1 ? req->items[i].str : props->keys[i];
-            int in_req = pass == 1, dup = 0;
-            for (size_t j = 0; j < nr && !in_req; j++) in_req = !strcmp(req->items[j].str, k);
-            for (size_t j = 0; j < n; j++) dup |= !strcmp(name[j], k);
-            if (dup || in_req != (pass < 2)) continue;
-            name[n] = k, is_req[n++] = in_req;
+    for (int pass = 0; pass < 3; pass++)
+        for (int i = 0; i < v->n; i++) {
+            if (v->s[i]->type != JSON_OBJ) continue;
+            const json *list = json_get(v->s[i], pass == 1 ? "required" : "properties");
+            for (size_t j = 0; list && j < list->len; j++) {
+                const char *k = pass == 1 ? list->items[j].str : list->keys[j];
+                int in_req = pass == 1, dup = 0;
+                for (int m = 0; m < v->n && !in_req; m++) {
+                    const json *r = v->s[m]->type == JSON_OBJ ? json_get(v->s[m], "required") : NULL;
+                    for (size_t q = 0; r && q < r->len && !in_req; q++) in_req = !strcmp(r->items[q].str, k);
+                }
+                for (size_t q = 0; q < n; q++) dup |= !strcmp(name[q], k);
+                if (!dup && in_req == (pass < 2)) name[n] = k, is_req[n++] = in_req;
+            }
         }
-    }
+    size_t kept = 0;
     for (size_t i = 0; i < n && !c->failed; i++) {
-        const json *ps = props ? json_get(props, name[i]) : NULL;
-        json any = {.type = JSON_BOOL, .num = 1};
-        char seg[512];
-        snprintf(seg, sizeof seg, "properties/%s", name[i]);
-        rule[i] = sub(c, ps ? ps : &any, seg);
+        int banned;
+        const json *ks = key_schema(c, v, name[i], &banned);
+        if (c->failed) break;
+        if (banned && is_req[i]) { fail(c, "is required but additionalProperties false leaves it out", name[i]); break; }
+        if (banned) continue;
+        json anyv = {.type = JSON_BOOL, .num = 1};
+        name[kept] = name[i], is_req[kept] = is_req[i];
+        rule[kept++] = sub(c, ks ? ks : &anyv, "properties", name[i]);
     }
-    int add_rule = -1;
-    if (add && !(add->type == JSON_BOOL && add->num == 0)) add_rule = sub(c, add, "additionalProperties");
+    n = kept;
+    /* keys no member names: as every member's additionalProperties allow; none given and no
+     * properties: any object; none given beside properties: none (as llama.cpp's converter) */
+    int add_rule = -1, banned = 0;
+    const json *add = key_schema(c, v, NULL, &banned);
+    if (!c->failed && !banned && (any_add || !any_props)) {
+        json anyv = {.type = JSON_BOOL, .num = 1};
+        add_rule = sub(c, add ? add : &anyv, "additionalProperties", NULL);
+    }
     if (c->failed) goto out;
     sbuf key = {0}; /* the grammar of an additional key */
     if (add_rule >= 0) {
@@ -699,8 +746,20 @@ static int ref_rule(ctx *c, const char *ref) {
     if (!node) return -1;
     if (node == c->root) return 0;
     int i = c->n_refs++;
-    c->ref[i] = ref, c->ref_node[i] = node, c->ref_rule[i] = ++c->n_rules;
+    c->ref[i] = ref, c->ref_node[i] = node, c->ref_rule[i] = c->n_rules++;
     return c->ref_rule[i];
+}
+
+/* 1 when s is a reference and annotations only: its rule is the target's. */
+static int only_ref(const json *s) {
+    const json *ref = s->type == JSON_OBJ ? json_get(s, "$ref") : NULL;
+    int only = ref && ref->type == JSON_STR;
+    for (size_t i = 0; only && i < s->len; i++) {
+        const char *k = s->keys[i];
+        only = !strcmp(k, "$ref") || !strcmp(k, "description") || !strcmp(k, "title") || !strcmp(k, "$comment") ||
+               !strcmp(k, "default") || !strcmp(k, "examples");
+    }
+    return only;
 }
 
 /* ---- one node */
@@ -806,13 +865,22 @@ static void emit_node(ctx *c, const view *v, sbuf *b) {
         for (size_t i = 0; i < any->len && !c->failed; i++) {
             /* each branch inherits the node's other keywords (type beside anyOf, ...) */
             view bv = {{0}, 0, any};
-            char seg[40];
-            snprintf(seg, sizeof seg, "%s/%zu", kw, i);
-            size_t old = path_push(c, seg);
+            char idx[24];
+            snprintf(idx, sizeof idx, "%zu", i);
+            size_t old = path_push(c, kw, idx);
+            int ref = only_ref(&any->items[i]);
+            if (ref) { /* a branch that is a reference alone is its target's rule (recursion goes through it) */
+                path_pop(c, old);
+                int r = ref_rule(c, json_get(&any->items[i], "$ref")->str);
+                if (r < 0) return;
+                sb_str(b, i ? " | " : "");
+                rule_name(c, b, r);
+                continue;
+            }
             if (any->items[i].type == JSON_BOOL) bv.s[bv.n++] = &any->items[i];
             else if (view_add(c, &bv, &any->items[i])) { path_pop(c, old); return; }
             for (int j = 0; j < v->n && bv.n < MAX_VIEW; j++) bv.s[bv.n++] = v->s[j]; /* the parent's keywords after the branch's */
-            int r = ++c->n_rules;
+            int r = c->n_rules++;
             sbuf body = {0};
             emit_node(c, &bv, &body);
             rule_name(c, &c->out, r);
@@ -835,19 +903,7 @@ static void emit_node(ctx *c, const view *v, sbuf *b) {
 static int compile(ctx *c, const view *v) {
     if (c->failed) return -1;
     if (c->depth >= 64) return fail(c, "nests more than 64 deep (a reference that includes itself beside other keywords?)", "schema");
-    if (v->n == 1 && v->s[0]->type == JSON_OBJ) {
-        const json *ref = json_get(v->s[0], "$ref");
-        int only_ref = ref != NULL;
-        for (size_t i = 0; i < v->s[0]->len && only_ref; i++) {
-            const char *k = v->s[0]->keys[i];
-            only_ref = !strcmp(k, "$ref") || !strcmp(k, "description") || !strcmp(k, "title") || !strcmp(k, "$comment") ||
-                       !strcmp(k, "default") || !strcmp(k, "examples");
-        }
-        if (only_ref) {
-            if (ref->type != JSON_STR) return fail(c, "must be a string", "$ref");
-            return ref_rule(c, ref->str);
-        }
-    }
+    if (v->n == 1 && only_ref(v->s[0])) return ref_rule(c, json_get(v->s[0], "$ref")->str);
     view full = {{0}, 0, NULL};
     for (int i = 0; i < v->n; i++)
         if (v->s[i]->type != JSON_OBJ) full.s[full.n++] = v->s[i];

@@ -1,0 +1,281 @@
+/* test_grammar.c - constrained decoding on the real V4.1 tokenizer: grammars accept and refuse
+ * what their text says, token by token and byte by byte (tokens that end inside a character);
+ * every schema of tests/data/schema_cases.json accepts its valid documents and refuses its
+ * invalid ones (cli_structured.sh checks those labels with python3-jsonschema); masks agree with
+ * one-token checks on a fresh constraint (which walks the token's bytes, not the trie); stops
+ * are held back until the grammar can end; the trigger frees the reply before it; bounded
+ * schemas end by themselves under random logits at temperature 1; a copy and the draft check
+ * walk as the original; bad grammars and schemas name the problem. Prints the per-token mask
+ * time and a schema's compile time. */
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "testing.h"
+
+static dsv41_tokenizer *tok;
+static int32_t n_vocab, eos, byte_tok[256];
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static dsv41_grammar *grammar(const char *text) { return dsv41_grammar_new(tok, text, strlen(text)); }
+
+/* Feeds text through a new constraint of g, as the tokenizer splits it (bytes: one byte token
+ * each). Returns -1 when a token is refused, else the status at the end. */
+static int feed(const dsv41_grammar *g, const char *text, size_t len, int bytes) {
+    dsv41_constraint *c = dsv41_constraint_new(g, &eos, 1, -1);
+    int32_t ids[4096];
+    int64_t n = 0;
+    if (bytes)
+        for (size_t i = 0; i < len && n < 4096; i++) ids[n++] = byte_tok[(unsigned char)text[i]];
+    else n = dsv41_tokenize(tok, text, len, 0, ids, 4096);
+    int rc = c && n >= 0 && n <= 4096 ? 0 : -2;
+    for (int64_t i = 0; i < n && rc == 0; i++)
+        if (dsv41_constraint_accept(c, ids[i])) rc = -1;
+    if (rc == 0) rc = dsv41_constraint_status(c);
+    dsv41_constraint_free(c);
+    return rc;
+}
+
+/* accepted and complete, both ways of splitting */
+static void expect_match(const dsv41_grammar *g, const char *what, const char *text, int want) {
+    for (int bytes = 0; bytes < 2; bytes++) {
+        int st = feed(g, text, strlen(text), bytes);
+        int got = st > DSV41_CONSTRAINT_OPEN;
+        CHECK(got == want, "%s: '%s' %s (status %d, %s)", what, text, want ? "refused" : "accepted", st, bytes ? "bytes" : "tokens");
+    }
+}
+
+static void test_grammars(void) {
+    static const struct {
+        const char *g;
+        const char *yes[6], *no[6];
+    } cases[] = {
+        {"root ::= \"ab\" | \"cd\"", {"ab", "cd"}, {"a", "abc", "ac", ""}},
+        {"# a comment\nroot ::= word (\" \" word)*  # trailing\nword ::= [a-z]+\n", {"a", "ab cd", "x y z"}, {"", " a", "a  b", "A"}},
+        {"root ::= [^a-c]{2,3}", {"dd", "zz!", "éé", "字字字"}, {"a", "d", "dddd", "da"}},
+        {"root ::= \"x\"{3}", {"xxx"}, {"xx", "xxxx"}},
+        {"root ::= \"x\"{2,}", {"xx", "xxxxxxxx"}, {"x"}},
+        {"root ::= (\"a\" | \"b\")? \"c\"", {"c", "ac", "bc"}, {"abc", "a"}},
+        {"root ::= [\\u00e9\\x41-\\x43] \"\\n\" \"\\\"\\\\\"", {"é\n\"\\", "A\n\"\\"}, {"D\n\"\\", "e\n\"\\"}},
+        {"root ::= . .", {"ab", "\n字", "😀x"}, {"a", "abc"}},
+        {"root ::= [😀-😂]", {"😀", "😁", "😂"}, {"😃", "a"}},
+        {"root ::= a\na ::= \"(\" a \")\" | \"\"\n", {"", "()", "((()))"}, {"(()", ")"}},
+        {"root ::=\n  \"one\"\n  | \"two\"\nother ::= \"x\"", {"one", "two"}, {"x", "onetwo"}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dsv41_grammar *g = grammar(cases[i].g);
+        CHECK(g != NULL, "grammar %zu: %s", i, dsv41_error());
+        if (!g) continue;
+        for (int k = 0; k < 6 && cases[i].yes[k]; k++) expect_match(g, cases[i].g, cases[i].yes[k], 1);
+        for (int k = 0; k < 6 && cases[i].no[k]; k++) expect_match(g, cases[i].g, cases[i].no[k], 0);
+        dsv41_grammar_free(g);
+    }
+}
+
+/* Token terminals, and text holding an added token's spelling: the DSML marker is an added
+ * token, and a grammar written from the chat format's text must accept what the model emits. */
+static void test_tokens(void) {
+    int32_t think = dsv41_tokenizer_find(tok, "<think>"), end = dsv41_tokenizer_find(tok, "</think>");
+    int32_t dsml = dsv41_tokenizer_find(tok, "｜DSML｜");
+    CHECK(think >= 0 && end >= 0 && dsml >= 0, "the V4.1 added tokens");
+    dsv41_grammar *g = grammar("root ::= <think> \"x\" </think> <[1]>? \"<｜DSML｜ calls>\"");
+    CHECK(g != NULL, "token terminals: %s", dsv41_error());
+    if (!g) return;
+    dsv41_constraint *c = dsv41_constraint_new(g, NULL, 0, -1);
+    int32_t x = byte_tok['x'];
+    CHECK(dsv41_constraint_allows(c, think) && !dsv41_constraint_allows(c, end), "<think> first");
+    CHECK(dsv41_constraint_accept(c, think) == 0 && dsv41_constraint_accept(c, x) == 0 && dsv41_constraint_accept(c, end) == 0,
+          "<think> x </think>: %s", dsv41_error());
+    CHECK(dsv41_constraint_allows(c, 1) && dsv41_constraint_allows(c, byte_tok['<']) && !dsv41_constraint_allows(c, think),
+          "then <[1]> or the literal");
+    dsv41_constraint *d = dsv41_constraint_new(g, NULL, 0, -1);
+    CHECK(d && dsv41_constraint_copy(d, c) == 0, "copy: %s", dsv41_error());
+    /* the marker as the model emits it (the added token) and as plain bytes */
+    int32_t as_token[] = {byte_tok['<'], dsml}, calls[8];
+    int64_t nc = dsv41_tokenize(tok, " calls>", 7, 0, calls, 8);
+    int ok = 1;
+    for (int i = 0; i < 2; i++) ok &= dsv41_constraint_accept(c, as_token[i]) == 0;
+    for (int64_t i = 0; i < nc; i++) ok &= dsv41_constraint_accept(c, calls[i]) == 0;
+    CHECK(ok && dsv41_constraint_status(c) == DSV41_CONSTRAINT_DONE, "the DSML marker as its added token");
+    const char *spelled = "<｜DSML｜ calls>";
+    for (const char *p = spelled; *p; p++) ok &= dsv41_constraint_accept(d, byte_tok[(unsigned char)*p]) == 0;
+    CHECK(ok && dsv41_constraint_status(d) == DSV41_CONSTRAINT_DONE, "the DSML marker as bytes");
+    dsv41_constraint_free(c);
+    dsv41_constraint_free(d);
+    dsv41_grammar_free(g);
+    /* an added token never matches text: "<think>" spelled in a literal's class does not admit it */
+    g = grammar("root ::= [<a-z>/]+");
+    c = dsv41_constraint_new(g, NULL, 0, -1);
+    CHECK(c && !dsv41_constraint_allows(c, think) && dsv41_constraint_allows(c, byte_tok['<']), "added tokens are not text");
+    dsv41_constraint_free(c);
+    dsv41_grammar_free(g);
+}
+
+static void test_bad_grammars(void) {
+    static const struct {
+        const char *g, *err;
+    } cases[] = {
+        {"root ::= \"a", "1:10: a literal is not closed"},
+        {"root ::= a", "no rule defines a"},
+        {"x ::= \"a\"", "no rule 'root'"},
+        {"root ::= root \"a\" | \"b\"", "left-recursive"},
+        {"root ::= (\"\")*", "left-recursive"},
+        {"root ::= \"a\"{3,2}", "n below m"},
+        {"root ::= \"a\"{20000}", "above 10000"},
+        {"root ::= \"\\q\"", "unknown escape"},
+        {"root ::= [^\\x00-\\U0010FFFF]", "no character"},
+        {"root ::= <nosuchtoken>", "no token is spelled"},
+        {"root ::= <[999999]>", "outside the vocabulary"},
+        {"root ::= \"a\"\nroot ::= \"b\"", "2:1: a rule is defined twice"},
+        {"root ::= \"a\" )", "1:14: expected a rule"},
+        {"root ::= \"a\" @", "1:14: unexpected character"},
+        {"root ::= [b-a]", "backwards"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dsv41_grammar *g = grammar(cases[i].g);
+        CHECK(!g && strstr(dsv41_error(), cases[i].err) && strstr(dsv41_error(), "grammar: "), "'%.40s': want '%s', got '%s'",
+              cases[i].g, cases[i].err, g ? "(compiled)" : dsv41_error());
+        dsv41_grammar_free(g);
+    }
+    char deep[400] = "root ::= ";
+    memset(deep + 9, '(', 300);
+    dsv41_grammar *g = grammar(deep);
+    CHECK(!g && strstr(dsv41_error(), "deeper than 200"), "300 nested groups: %s", dsv41_error());
+    g = dsv41_grammar_new(tok, "root ::= \"\xff\"", 13);
+    CHECK(!g && strstr(dsv41_error(), "not UTF-8"), "invalid UTF-8: %s", dsv41_error());
+    /* a state past the stack bound is a dead end with an error, never an unbounded step */
+    size_t cap = 5000 * 6 + 16;
+    char *big = malloc(cap);
+    int n = snprintf(big, cap, "root ::=");
+    for (int k = 0; k < 5000; k++) n += snprintf(big + n, cap - (size_t)n, " \"a\"*");
+    g = grammar(big);
+    dsv41_constraint *c = g ? dsv41_constraint_new(g, NULL, 0, -1) : NULL;
+    float *logits = calloc((size_t)n_vocab, sizeof *logits);
+    CHECK(g && !c && strstr(dsv41_error(), "ambiguous"), "5000 nullable repetitions: %s", dsv41_error());
+    free(big);
+    free(logits);
+    dsv41_constraint_free(c);
+    dsv41_grammar_free(g);
+}
+
+/* v as JSON text to f (the case file holds schemas as values; the compiler reads text) */
+static void json_write(FILE *f, const dsv41_json *v) {
+    switch (dsv41_json_type_of(v)) {
+    case DSV41_JSON_NULL: fputs("null", f); break;
+    case DSV41_JSON_BOOL: fputs(dsv41_json_num(v, NULL) != 0 ? "true" : "false", f); break;
+    case DSV41_JSON_NUM: {
+        int is_int;
+        double x = dsv41_json_num(v, &is_int);
+        if (is_int) fprintf(f, "%.0f", x);
+        else fprintf(f, "%.17g", x);
+        break;
+    }
+    case DSV41_JSON_STR: {
+        const char *s = dsv41_json_str(v);
+        fputc('"', f);
+        for (size_t i = 0; i < dsv41_json_len(v); i++) {
+            unsigned char ch = (unsigned char)s[i];
+            if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+            else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+            else fputc(ch, f);
+        }
+        fputc('"', f);
+        break;
+    }
+    case DSV41_JSON_ARR:
+    case DSV41_JSON_OBJ: {
+        int obj = dsv41_json_type_of(v) == DSV41_JSON_OBJ;
+        fputc(obj ? '{' : '[', f);
+        for (size_t i = 0; i < dsv41_json_len(v); i++) {
+            if (i) fputc(',', f);
+            if (obj) fprintf(f, "\"%s\":", dsv41_json_key(v, i)); /* the case file's keys need no escapes */
+            json_write(f, dsv41_json_at(v, i));
+        }
+        fputc(obj ? '}' : ']', f);
+        break;
+    }
+    }
+}
+
+/* The schema at key "schema" of case cs compiled for the tokenizer, or NULL (error set). */
+static dsv41_grammar *case_grammar(const dsv41_json *cs, char **gtext) {
+    char *stext = NULL;
+    size_t slen = 0;
+    FILE *m = open_memstream(&stext, &slen);
+    json_write(m, dsv41_json_get(cs, "schema"));
+    fclose(m);
+    *gtext = dsv41_schema_grammar(stext, slen, NULL);
+    free(stext);
+    return *gtext ? grammar(*gtext) : NULL;
+}
+
+/* the schema table (valid / invalid / outside), and the bad schemas */
+static void test_schemas(void) {
+    size_t len;
+    char *text = test_read_file("tests/data/schema_cases.json", &len);
+    dsv41_json *root = text ? dsv41_json_parse(text, len) : NULL;
+    CHECK(root != NULL, "read tests/data/schema_cases.json: %s", text ? dsv41_error() : "missing");
+    if (!root) { free(text); return; }
+    const dsv41_json *cases = dsv41_json_get(root, "cases"), *bad = dsv41_json_get(root, "bad");
+    for (size_t i = 0; i < dsv41_json_len(cases); i++) {
+        const dsv41_json *cs = dsv41_json_at(cases, i);
+        char *gtext;
+        dsv41_grammar *g = case_grammar(cs, &gtext);
+        CHECK(g != NULL, "schema case %zu: %s", i, dsv41_error());
+        static const char *const lists[] = {"valid", "invalid", "outside"};
+        for (int l = 0; g && l < 3; l++) {
+            const dsv41_json *docs = dsv41_json_get(cs, lists[l]);
+            for (size_t k = 0; k < dsv41_json_len(docs); k++) {
+                const dsv41_json *d = dsv41_json_at(docs, k);
+                for (int bytes = 0; bytes < 2; bytes++) {
+                    int st = feed(g, dsv41_json_str(d), dsv41_json_len(d), bytes);
+                    CHECK((st > DSV41_CONSTRAINT_OPEN) == (l == 0), "schema case %zu, %s document '%s': status %d (%s)\n%s", i,
+                          lists[l], dsv41_json_str(d), st, bytes ? "bytes" : "tokens", gtext);
+                }
+            }
+        }
+        free(gtext);
+        dsv41_grammar_free(g);
+    }
+    for (size_t i = 0; i < dsv41_json_len(bad); i++) {
+        const dsv41_json *cs = dsv41_json_at(bad, i);
+        char *gtext;
+        dsv41_grammar *g = case_grammar(cs, &gtext);
+        const char *want = dsv41_json_str(dsv41_json_get(cs, "error"));
+        CHECK(!gtext && strstr(dsv41_error(), want) && strstr(dsv41_error(), "json schema: "), "bad schema %zu: want '%s', got '%s'", i,
+              want, gtext ? "(compiled)" : dsv41_error());
+        free(gtext);
+        dsv41_grammar_free(g);
+    }
+    dsv41_json_free(root);
+    free(text);
+}
+
+int main(void) {
+    char tpath[1100], apath[1100];
+    snprintf(tpath, sizeof tpath, "%s/tokenizer/deepseek-v3/tokenizer.json", shared_dir());
+    snprintf(apath, sizeof apath, "%s/tokenizer/v41_added_tokens.json", shared_dir());
+    double t0 = now_s();
+    tok = dsv41_tokenizer_load_with_added(tpath, apath);
+    CHECK(tok != NULL, "the V4.1 tokenizer: %s", dsv41_error());
+    if (!tok) return test_summary();
+    (void)t0;
+    n_vocab = dsv41_tokenizer_n_vocab(tok);
+    eos = dsv41_tokenizer_eos(tok);
+    for (int32_t id = 0; id < n_vocab; id++) {
+        size_t len;
+        const char *b = dsv41_token_is_special(tok, id) ? NULL : dsv41_token_bytes(tok, id, &len);
+        if (b && len == 1 && !byte_tok[(unsigned char)b[0]]) byte_tok[(unsigned char)b[0]] = id;
+    }
+    test_grammars();
+    test_tokens();
+    test_bad_grammars();
+    test_schemas();
+    dsv41_tokenizer_free(tok);
+    return test_summary();
+}
