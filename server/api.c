@@ -169,6 +169,42 @@ static int put_tools(const dsv41_json *root, jbuf *c, int *any, jbuf *err) {
     return 0;
 }
 
+/* The case's messages. A JSON response_format (json_object, json_schema) goes with the first
+ * system message (one is put in front when there is none), where the V4.1 template renders it as
+ * its "## Response Format" block: the model reads the schema its reply is held to (structured.c).
+ * A system message with a response_format of its own keeps that one. */
+static void put_messages(const dsv41_json *root, jbuf *c) {
+    const dsv41_json *msgs = dsv41_json_get(root, "messages"), *rf = dsv41_json_get(root, "response_format");
+    const char *type = dsv41_json_str(dsv41_json_get(rf, "type"));
+    if (!type || (strcmp(type, "json_object") && strcmp(type, "json_schema"))) {
+        jb_value(c, msgs);
+        return;
+    }
+    size_t n = dsv41_json_len(msgs), at = 0;
+    while (at < n && strcmp(dsv41_json_str(dsv41_json_get(dsv41_json_at(msgs, at), "role")), "system")) at++;
+    jb_puts(c, at == n ? "[{\"role\":\"system\",\"content\":\"\",\"response_format\":" : "[");
+    if (at == n) jb_value(c, rf), jb_puts(c, "}");
+    for (size_t i = 0; i < n; i++) {
+        const dsv41_json *m = dsv41_json_at(msgs, i);
+        jb_puts(c, i || at == n ? "," : "");
+        if (i != at || dsv41_json_get(m, "response_format")) {
+            jb_value(c, m);
+            continue;
+        }
+        jb_puts(c, "{");
+        for (size_t k = 0; k < dsv41_json_len(m); k++) {
+            jb_puts(c, k ? "," : "");
+            jb_str(c, dsv41_json_key(m, k), strlen(dsv41_json_key(m, k)));
+            jb_puts(c, ":");
+            jb_value(c, dsv41_json_at(m, k));
+        }
+        jb_puts(c, ",\"response_format\":");
+        jb_value(c, rf);
+        jb_puts(c, "}");
+    }
+    jb_puts(c, "]");
+}
+
 /* The prompt text of a chat request, malloc'd. */
 static char *chat_prompt(const dsv41_json *root, int *flags, jbuf *err) {
     const dsv41_json *msgs = dsv41_json_get(root, "messages");
@@ -180,7 +216,7 @@ static char *chat_prompt(const dsv41_json *root, int *flags, jbuf *err) {
     jbuf c = {0};
     int thinking = 0, tools = 0;
     jb_puts(&c, "{\"messages\":");
-    jb_value(&c, msgs);
+    put_messages(root, &c);
     int rc = put_tools(root, &c, &tools, err);
     if (rc == 0) {
         jb_puts(&c, ",\"options\":");

@@ -17,6 +17,7 @@
  * The grammar text is built here and compiled by the library (dsv41_grammar_new); JSON Schemas
  * become grammar text through dsv41_schema_grammar, whose rules get a prefix of their own per
  * use so that several fit in one grammar. */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,13 +44,14 @@ typedef struct {
 
 static int is(const char *s, const char *want) { return s && !strcmp(s, want); }
 
-/* A GBNF string literal of s [n] into b: quotes and backslashes escaped, control bytes as \xNN. */
+/* A grammar string literal of a name s [n] (a tool's, a property's) into b: every ASCII byte but
+ * letters and digits as \xNN, so that no quote, backslash or control byte needs a rule of its
+ * own; the bytes of other characters as they are. */
 static void put_literal(jbuf *b, const char *s, size_t n) {
     jb_puts(b, "\"");
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') jb_printf(b, "\\%c", c);
-        else if (c < 0x20 || c == 0x7F) jb_printf(b, "\\x%02X", c);
+        if (c < 0x80 && !isalnum(c)) jb_printf(b, "\\x%02X", c);
         else jb_put(b, s + i, 1);
     }
     jb_puts(b, "\"");
@@ -216,10 +218,16 @@ static int put_invokes(builder *b, const dsv41_json *tools, const char *only, ho
 
 /* ---- the request */
 
+/* The request member a route's clients know the answer's format by (Anthropic's and the
+ * Responses API's are translated onto response_format). */
+static const char *format_param(gen_kind kind) {
+    return kind == GEN_MESSAGES ? "output_config.format" : kind == GEN_RESPONSE ? "text.format" : "response_format";
+}
+
 /* The answer's grammar, when the request asks for one: rules whose start is answer-root, or (a
  * raw grammar) the caller's own, whose start is root. *raw says which; *any 1 when there is one.
  * 0, or a 400 in err. */
-static int put_answer(builder *b, const dsv41_json *root, int *any, int *raw, jbuf *err) {
+static int put_answer(builder *b, const dsv41_json *root, gen_kind kind, int *any, int *raw, jbuf *err) {
     const dsv41_json *rf = dsv41_json_get(root, "response_format"), *schema = dsv41_json_get(root, "json_schema");
     const dsv41_json *grammar = dsv41_json_get(root, "grammar");
     const char *type = dsv41_json_str(dsv41_json_get(rf, "type"));
@@ -244,10 +252,10 @@ static int put_answer(builder *b, const dsv41_json *root, int *any, int *raw, jb
     if (is(type, "json_schema")) {
         schema = dsv41_json_get(dsv41_json_get(rf, "json_schema"), "schema");
         if (dsv41_json_type_of(schema) != DSV41_JSON_OBJ && dsv41_json_type_of(schema) != DSV41_JSON_BOOL)
-            return api_error(err, 400, "response_format", "response_format.json_schema.schema must be a JSON Schema (an object)");
+            return api_error(err, 400, format_param(kind), "the format's schema must be a JSON Schema (an object)");
     } else if (!is(type, "json_object") && dsv41_json_type_of(schema) != DSV41_JSON_OBJ && dsv41_json_type_of(schema) != DSV41_JSON_BOOL)
         return api_error(err, 400, "json_schema", "'json_schema' must be a JSON Schema (an object)");
-    b->why = is(type, "json_object") || is(type, "json_schema") ? "response_format" : "json_schema";
+    b->why = is(type, "json_object") || is(type, "json_schema") ? format_param(kind) : "json_schema";
     if (is(type, "json_object")) {
         static const char object[] = "{\"type\":\"object\",\"additionalProperties\":true}";
         return put_schema_text(b, object, sizeof object - 1, "answer-") ? api_error(err, 500, NULL, "%s", dsv41_error()) : 0;
@@ -258,9 +266,9 @@ static int put_answer(builder *b, const dsv41_json *root, int *any, int *raw, jb
 
 int structured_grammar(server *sv, const dsv41_json *root, gen_kind kind, int flags, job *j, jbuf *err) {
     const dsv41_json *tools = dsv41_json_get(root, "tools"), *choice = dsv41_json_get(root, "tool_choice");
-    builder b = {{0}, "response_format"};
+    builder b = {{0}, "tools"};
     int answer, raw;
-    int rc = put_answer(&b, root, &answer, &raw, err);
+    int rc = put_answer(&b, root, kind, &answer, &raw, err);
     if (rc) return jb_free(&b.g), rc;
     /* which calls the reply may or must make: none when there are no tools (or "none"); forced
      * by "required" or a named function; held to their schemas by strict (every Anthropic tool) */

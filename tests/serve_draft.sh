@@ -2,8 +2,8 @@
 # serve_draft.sh - serve --draft: speculative decoding per slot gives the replies of plain
 # decoding. The test model is serve_lib's with three DSpark stages (models/tiny_dspark.json's
 # keys); a plain server and one with --draft 3, two slots each, answer the same requests (greedy
-# ones, sent to the drafting server at once so that its slots decode side by side, and a sampled
-# one with a seed): the same texts. The drafting server's replies and /metrics count the drafts
+# ones, sent to the drafting server at once so that its slots decode side by side, a sampled
+# one with a seed, and a sampled one held to a JSON Schema): the same texts. The drafting server's replies and /metrics count the drafts
 # its verifies checked and kept; the plain server's count none. Then a model of all-zero weights,
 # whose drafts are all kept, through the drafting server. Prints "N passed, N failed".
 . "$(dirname "$0")/lib.sh"

@@ -118,6 +118,20 @@ api("messages-bad", MSG, {"model": "m", "max_tokens": 0, "messages": []})
 api("count-tokens", COUNT, {"model": "m", "system": [{"type": "text", "text": "Be brief."}], "tools": [tool],
     "messages": [{"role": "user", "content": "Hi"}]})
 api("count-tokens-bad", COUNT, {"model": "m"})
+# structured output (server/structured.c): schemas, a grammar, strict and forced tools, agents' fields
+schema = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}, "b": {"enum": ["x", "y"]}},
+          "required": ["a"], "additionalProperties": False}
+api("structured-chat", 0, {"messages": [{"role": "user", "content": "JSON"}], "max_tokens": 32,
+    "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": schema, "strict": True}}}, '{"a": 3, "b": "x"}')
+api("structured-grammar", 1, {"prompt": "x", "grammar": 'root ::= ("yes" | "no") [0-9]{1,3}', "max_tokens": 8}, "yes12")
+api("structured-tools", 4, {"messages": [{"role": "user", "content": "Call"}], "tool_choice": "required", "parallel_tool_calls": False,
+    "tools": [{"type": "function", "function": {"name": "set", "parameters": schema, "strict": True}}]}, call[0])
+api("structured-messages", MSG, {"model": "m", "max_tokens": 64, "tools": [tool], "tool_choice": {"type": "any"},
+    "system": [{"type": "text", "text": "x-anthropic-billing-header: cc_version=1; cch=2;"}, {"type": "text", "text": "Be brief."}],
+    "thinking": {"type": "adaptive"}, "output_config": {"effort": "high", "format": {"type": "json_schema", "schema": schema}},
+    "messages": [{"role": "user", "content": "Hi"}, {"role": "system", "content": "Reminder."}]}, call[0])
+api("structured-responses", RESP, {"model": "m", "input": "Hi", "parallel_tool_calls": False, "store": False,
+    "text": {"format": {"type": "json_schema", "name": "t", "schema": schema, "strict": True}}}, '{"a": 1}')
 api("tokenize", 2, {"content": "Hello <｜User｜> world \u00e9", "parse_special": True})
 api("detokenize", 3, {"tokens": [0, 1, 100, 128000, 128799]})
 PY
