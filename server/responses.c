@@ -140,6 +140,9 @@ static int put_tools(jbuf *o, const dsv41_json *root, jbuf *err) {
         jb_puts(o, ",\"tools\":[");
         for (size_t i = 0; i < dsv41_json_len(tools); i++) {
             const dsv41_json *t = dsv41_json_at(tools, i);
+            if (is(str_at(t, "type"), "custom"))
+                return api_bad(err, "tools", "custom tools (free-form input, such as a Lark grammar's) are not supported: "
+                                             "declare the tool as a function with one string parameter");
             if (!is(str_at(t, "type"), "function") || !is_str(dsv41_json_get(t, "name")))
                 return api_bad(err, "tools", "only function tools (type \"function\" with a name) are supported");
             jb_puts(o, i ? ",{\"type\":\"function\",\"function\":{\"name\":" : "{\"type\":\"function\",\"function\":{\"name\":");

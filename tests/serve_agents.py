@@ -110,6 +110,10 @@ expect(events[-1]["type"] == "response.incomplete" and done and all(i["status"] 
 st, r = post("/v1/responses", dict(input="hi", max_output_tokens=3, temperature=0))
 expect(st == 200 and r["usage"]["output_tokens_details"]["reasoning_tokens"] == 0 and r["parallel_tool_calls"] is True
        and r["text"] == {"format": {"type": "text"}}, f"defaults: {r}")
+# Codex's custom apply_patch tool: a clear 400 that says what to do instead
+st, r = post("/v1/responses", dict(codex, tools=codex["tools"] + [{"type": "custom", "name": "apply_patch",
+                                   "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}]))
+expect(st == 400 and r["error"]["param"] == "tools" and "custom tools" in r["error"]["message"], f"a custom tool: {st} {r}")
 # stored responses do not exist here: a clear 400 naming the field
 st, r = post("/v1/responses", dict(codex, previous_response_id="resp_1"))
 expect(st == 400 and r["error"]["param"] == "previous_response_id", f"previous_response_id: {st} {r}")

@@ -137,6 +137,13 @@ for seed in range(SEEDS):
                f"messages, {extra}, seed {seed}: {st} {r}")
         if "thinking" in extra:
             expect(r["content"][0]["type"] == "thinking" and r["content"][0]["thinking"], f"thinking before the call: {r}")
+# a strict tool without parameters: a call of it, with an empty arguments object
+noargs = {"type": "function", "function": {"name": "ping", "strict": True,
+                                           "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}}
+st, r = post("/v1/chat/completions", dict(temperature=1, seed=2, max_tokens=60, messages=msgs, tools=[noargs], tool_choice="required",
+                                          parallel_tool_calls=False))
+calls = r["choices"][0]["message"].get("tool_calls") or []
+expect(st == 200 and len(calls) == 1 and json.loads(calls[0]["function"]["arguments"]) == {}, f"a strict tool without parameters: {st} {r}")
 # tool_choice none: no call can be written
 st, r = post("/v1/chat/completions", dict(temperature=1, seed=1, max_tokens=30, messages=msgs, tools=[tool], tool_choice="none"))
 expect(st == 200 and not r["choices"][0]["message"].get("tool_calls"), f"tool_choice none: {r}")
