@@ -217,9 +217,14 @@ static dsv41_grammar *load_grammar(const dsv41_tokenizer *tk, const gen_opts *o)
 static int open_chat(chat_state *c, const gen_opts *o) {
     memset(c, 0, sizeof *c);
     progress_on();
+    /* the tokenizer and a grammar first: a bad schema fails before minutes of loading */
+    if (!(c->tk = dsv41_tokenizer_load_dir(o->dir))) return fail(dsv41_error());
+    c->eos = dsv41_tokenizer_eos(c->tk);
+    c->think_end = o->effort > 0 ? dsv41_tokenizer_find(c->tk, "</think>") : -1;
+    if ((o->json_schema || o->grammar) && !(c->grammar = load_grammar(c->tk, o))) return 1;
     c->m = dsv41_model_load(o->dir);
     dsv41_set_progress(NULL, NULL);
-    if (!c->m || !(c->tk = dsv41_tokenizer_load_dir(o->dir))) return fail(dsv41_error());
+    if (!c->m) return fail(dsv41_error());
     c->V = dsv41_model_vocab_size(c->m);
     if (dsv41_tokenizer_n_vocab(c->tk) > c->V) {
         fprintf(stderr, "dsv41: %s/tokenizer.json has %d tokens but the model only %d\n", o->dir,
@@ -228,9 +233,6 @@ static int open_chat(chat_state *c, const gen_opts *o) {
     }
     c->ctx = dsv41_model_max_seq_len(c->m);
     if (o->ctx && o->ctx < c->ctx) c->ctx = o->ctx;
-    c->eos = dsv41_tokenizer_eos(c->tk);
-    c->think_end = o->effort > 0 ? dsv41_tokenizer_find(c->tk, "</think>") : -1;
-    if ((o->json_schema || o->grammar) && !(c->grammar = load_grammar(c->tk, o))) return 1;
     c->logits = malloc((size_t)c->V * sizeof *c->logits);
     c->hist = malloc((size_t)c->ctx * sizeof *c->hist);
     if (!(c->smp = dsv41_sampler_new(&o->sp, c->V))) return fail(dsv41_error());
