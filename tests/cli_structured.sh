@@ -100,6 +100,14 @@ for seed in 7 8; do
     [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "greedy with --draft: '$b' against '$a'"
 done
 
+# a grammar that allows most drafts, so that verifies keep some: the same replies, greedy and sampled
+printf 'root ::= [^\\x00]{0,400}\n' >"$tmp/loose.gbnf"
+for t in 0 0.8; do
+    a=$("$dsv41" run -m "$m" -p "Tell a story" --grammar "$tmp/loose.gbnf" --temp $t -s 9 -n 120 -t 1 2>/dev/null)
+    b=$("$dsv41" run -m "$m" -p "Tell a story" --grammar "$tmp/loose.gbnf" --temp $t -s 9 -n 120 -t 1 --draft 4 --draft-p-min 0 2>/dev/null)
+    [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "a loose grammar with --draft at temperature $t: '$b' against '$a'"
+done
+
 # a grammar file; thinking mode (the grammar applies after </think>)
 printf 'root ::= ("yes" | "no") "!"{1,3}\n' >"$tmp/g.gbnf"
 for seed in 1 2 3 4; do
