@@ -163,42 +163,37 @@ static void test_bad_grammars(void) {
     dsv41_grammar_free(g);
 }
 
+static void write_str(FILE *f, const char *s, size_t n) {
+    fputc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+        else fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
 /* v as JSON text to f (the case file holds schemas as values; the compiler reads text) */
 static void json_write(FILE *f, const dsv41_json *v) {
-    switch (dsv41_json_type_of(v)) {
-    case DSV41_JSON_NULL: fputs("null", f); break;
-    case DSV41_JSON_BOOL: fputs(dsv41_json_num(v, NULL) != 0 ? "true" : "false", f); break;
-    case DSV41_JSON_NUM: {
-        int is_int;
-        double x = dsv41_json_num(v, &is_int);
-        if (is_int) fprintf(f, "%.0f", x);
-        else fprintf(f, "%.17g", x);
-        break;
-    }
-    case DSV41_JSON_STR: {
-        const char *s = dsv41_json_str(v);
-        fputc('"', f);
-        for (size_t i = 0; i < dsv41_json_len(v); i++) {
-            unsigned char ch = (unsigned char)s[i];
-            if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-            else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
-            else fputc(ch, f);
-        }
-        fputc('"', f);
-        break;
-    }
-    case DSV41_JSON_ARR:
-    case DSV41_JSON_OBJ: {
-        int obj = dsv41_json_type_of(v) == DSV41_JSON_OBJ;
-        fputc(obj ? '{' : '[', f);
+    dsv41_json_type t = dsv41_json_type_of(v);
+    int is_int;
+    double x = dsv41_json_num(v, &is_int);
+    if (t == DSV41_JSON_NULL) fputs("null", f);
+    else if (t == DSV41_JSON_BOOL) fputs(x != 0 ? "true" : "false", f);
+    else if (t == DSV41_JSON_NUM) fprintf(f, is_int ? "%.0f" : "%.17g", x);
+    else if (t == DSV41_JSON_STR) write_str(f, dsv41_json_str(v), dsv41_json_len(v));
+    else {
+        fputc(t == DSV41_JSON_OBJ ? '{' : '[', f);
         for (size_t i = 0; i < dsv41_json_len(v); i++) {
             if (i) fputc(',', f);
-            if (obj) fprintf(f, "\"%s\":", dsv41_json_key(v, i)); /* the case file's keys need no escapes */
+            if (t == DSV41_JSON_OBJ) {
+                write_str(f, dsv41_json_key(v, i), strlen(dsv41_json_key(v, i)));
+                fputc(':', f);
+            }
             json_write(f, dsv41_json_at(v, i));
         }
-        fputc(obj ? '}' : ']', f);
-        break;
-    }
+        fputc(t == DSV41_JSON_OBJ ? '}' : ']', f);
     }
 }
 

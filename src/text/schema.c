@@ -394,6 +394,7 @@ static void emit_string(ctx *c, const view *v, sbuf *b) {
     if (c->failed) return;
     if ((fmt || pat) && (get(v, "minLength") || get(v, "maxLength")))
         { fail(c, "minLength / maxLength together with pattern or format is not supported", NULL); return; }
+    if (fmt && pat) { fail(c, "together with pattern is not supported", "format"); return; }
     if (pat) {
         if (pat->type != JSON_STR) { fail(c, "must be a string", "pattern"); return; }
         size_t old = path_push(c, "pattern", NULL);
@@ -620,8 +621,18 @@ static void emit_object(ctx *c, const view *v, sbuf *b) {
     if (c->failed) goto out;
     sbuf key = {0}; /* the grammar of an additional key */
     if (add_rule >= 0) {
+        /* the named keys an additional key could spell (one holding what JSON escapes never is one) */
+        const char **plain = malloc((n + 1) * sizeof *plain);
+        int np = 0;
+        if (!plain) { free(key.s); c->failed = 1, set_error("out of memory"); goto out; }
+        for (size_t i = 0; i < n; i++) {
+            int ok = 1;
+            for (const unsigned char *p = (const unsigned char *)name[i]; *p && ok; p++) ok = *p >= 0x20 && *p != '"' && *p != '\\';
+            if (ok) plain[np++] = name[i];
+        }
         sb_str(&key, "\"\\\"\" ");
-        except_keys(c, &key, name, (int)n, 0);
+        except_keys(c, &key, plain, np, 0);
+        free(plain);
         sb_str(&key, " \"\\\"\"");
     }
     /* kv_i: "name" ws ":" ws value */
