@@ -172,7 +172,7 @@ static int by_id(const void *a, const void *b) {
 
 /* The state of the closure's terminal frames (c->out, sorted here) and can_end. */
 static int32_t state_intern(dsv41_constraint *c, int32_t can_end) {
-    qsort(c->out, (size_t)c->n_out, sizeof *c->out, by_id);
+    if (c->n_out > 1) qsort(c->out, (size_t)c->n_out, sizeof *c->out, by_id);
     int32_t n = 0;
     for (int32_t k = 0; k < c->n_out; k++)
         if (!n || c->out[k] != c->out[n - 1]) c->out[n++] = c->out[k];
@@ -181,7 +181,7 @@ static int32_t state_intern(dsv41_constraint *c, int32_t can_end) {
     uint32_t m = c->st_hcap - 1, h = (uint32_t)tops_hash(c->out, n, can_end) & m;
     for (; c->st_hash[h] >= 0; h = (h + 1) & m) {
         const dstate *s = &c->st[c->st_hash[h]];
-        if (s->n == n && s->can_end == can_end && !memcmp(c->tops + s->first, c->out, (size_t)n * sizeof *c->out))
+        if (s->n == n && s->can_end == can_end && (n == 0 || !memcmp(c->tops + s->first, c->out, (size_t)n * sizeof *c->out)))
             return c->st_hash[h];
     }
     if (c->n_st >= MAX_STATES) return limit(c, "the grammar needs more than 32768 states in one step");
@@ -195,7 +195,7 @@ static int32_t state_intern(dsv41_constraint *c, int32_t can_end) {
         c->trans = t;
     }
     for (int32_t b = 0; b < 256; b++) c->trans[(size_t)c->n_st * 256 + (size_t)b] = UNKNOWN;
-    memcpy(c->tops + c->n_tops, c->out, (size_t)n * sizeof *c->out);
+    if (n) memcpy(c->tops + c->n_tops, c->out, (size_t)n * sizeof *c->out);
     c->st[c->n_st] = (dstate){c->n_tops, n, can_end, -1, UNKNOWN};
     c->n_tops += n;
     c->st_hash[h] = c->n_st;

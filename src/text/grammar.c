@@ -633,7 +633,7 @@ static int flatten(parser *p, dsv41_grammar *g) {
         g->rule_alt[r] = a;
         for (int32_t k = 0; k < p->rules[r].n_alts; k++) {
             g->alt[a++] = e;
-            memcpy(g->el + e, p->rules[r].alts[k].v, (size_t)p->rules[r].alts[k].n * sizeof *g->el);
+            if (p->rules[r].alts[k].n) memcpy(g->el + e, p->rules[r].alts[k].v, (size_t)p->rules[r].alts[k].n * sizeof *g->el);
             e += p->rules[r].alts[k].n;
             g->el[e++] = (gram_el){G_END, 0};
         }
