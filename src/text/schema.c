@@ -22,6 +22,7 @@
 
 #include "error.h"
 #include "json.h"
+#include "tokenizer.h"
 
 enum {
     MAX_SCHEMA = 1 << 20,  /* bytes of schema text */
@@ -1147,6 +1148,9 @@ char *dsv41_schema_grammar(const char *schema, size_t len, const char *prefix) {
             set_error("json schema: the rule prefix '%s' holds a character rule names cannot", prefix);
             return NULL;
         }
+    const char *why;
+    size_t bad = utf8_invalid_at(schema, len, &why);
+    if (bad < len) { set_error("json schema: the text is not UTF-8 at byte %zu%s", bad, why); return NULL; }
     char err[256];
     json *root = json_parse(schema, len, err, sizeof err);
     if (!root) { set_error("json schema: %s", err); return NULL; }
