@@ -139,6 +139,30 @@ static int32_t pick(void *ctx, float *logits, const int32_t *history, int32_t n,
     return tok;
 }
 
+/* One speculative round of a reply under a grammar: dsv41_session_speculate's round, with the
+ * block cut before the first draft the grammar forbids. No pick could keep that draft, so
+ * verifying its rows (and those after it) would cost forward work for nothing; the tokens are
+ * the same either way. next is the token picked from the session's last logits (not fed);
+ * returns the token picked after the round's last kept row (not fed), or -1. */
+static int32_t round_constrained(chat_state *c, reply_state *r, int32_t next, int32_t nd, dsv41_draft_policy *policy) {
+    int32_t ids[65], proposed, kept = -1, after = -1, pos = dsv41_session_pos(c->s); /* --draft is at most 64 */
+    int32_t n = dsv41_session_propose(c->s, next, nd, policy, ids, &proposed);
+    if (n < 0) return -1;
+    n = 1 + dsv41_constraint_drafts(r->cp.constraint, ids + 1, n - 1);
+    if (n > 1 && (kept = dsv41_session_verify(c->s, ids, n, pick, r, &after)) < 0) {
+        if (dsv41_session_pos(c->s) != pos) return -1; /* a pick failed after the verify moved the session */
+        proposed = 0;
+    }
+    if (kept < 0) { /* no block to verify: the anchor alone, then the pick from its logits */
+        int last = 0;
+        if (dsv41_session_forward(c->s, &next, 1, c->logits, NULL)) return -1;
+        if ((after = pick(r, c->logits, c->hist, dsv41_session_pos(c->s), &last)) < 0) return -1;
+        kept = 0;
+    }
+    dsv41_draft_policy_record(policy, proposed, kept);
+    return after;
+}
+
 /* Samples until EOS, a stop string, the limit, the context or Ctrl-C; streams the text. With
  * --draft the tokens come by speculative rounds, the same tokens. Returns 1 when the reply ended
  * with EOS (which is not fed: the next turn's text closes the reply), 0 when it was cut, -1 on
@@ -163,6 +187,13 @@ static int reply(chat_state *c, const gen_opts *o) {
         int64_t nd = r.end == TAKE_ON ? o->draft : 0;
         nd = nd < r.limit - r.taken ? nd : r.limit - r.taken;
         nd = nd < c->ctx - pos - 2 ? nd : c->ctx - pos - 2;
+        if (nd > 0 && r.cp.constraint) { /* the same, with the block cut to what the grammar allows */
+            if ((next = round_constrained(c, &r, next, (int32_t)nd, &policy)) < 0) {
+                rc = r.end == TAKE_ERROR ? fail("out of memory") : fail(dsv41_error());
+                break;
+            }
+            continue;
+        }
         if (nd > 0) { /* feeds next and the drafts kept; picks the token after them */
             int32_t got = dsv41_session_speculate(c->s, next, (int32_t)nd, &policy, pick, &r, out, NULL);
             if (got < 0) { rc = r.end == TAKE_ERROR ? fail("out of memory") : fail(dsv41_error()); break; }
@@ -217,9 +248,14 @@ static dsv41_grammar *load_grammar(const dsv41_tokenizer *tk, const gen_opts *o)
 static int open_chat(chat_state *c, const gen_opts *o) {
     memset(c, 0, sizeof *c);
     progress_on();
+    /* the tokenizer and a grammar first: a bad schema fails before minutes of loading */
+    if (!(c->tk = dsv41_tokenizer_load_dir(o->dir))) return fail(dsv41_error());
+    c->eos = dsv41_tokenizer_eos(c->tk);
+    c->think_end = o->effort > 0 ? dsv41_tokenizer_find(c->tk, "</think>") : -1;
+    if ((o->json_schema || o->grammar) && !(c->grammar = load_grammar(c->tk, o))) return 1;
     c->m = dsv41_model_load(o->dir);
     dsv41_set_progress(NULL, NULL);
-    if (!c->m || !(c->tk = dsv41_tokenizer_load_dir(o->dir))) return fail(dsv41_error());
+    if (!c->m) return fail(dsv41_error());
     c->V = dsv41_model_vocab_size(c->m);
     if (dsv41_tokenizer_n_vocab(c->tk) > c->V) {
         fprintf(stderr, "dsv41: %s/tokenizer.json has %d tokens but the model only %d\n", o->dir,
@@ -228,9 +264,6 @@ static int open_chat(chat_state *c, const gen_opts *o) {
     }
     c->ctx = dsv41_model_max_seq_len(c->m);
     if (o->ctx && o->ctx < c->ctx) c->ctx = o->ctx;
-    c->eos = dsv41_tokenizer_eos(c->tk);
-    c->think_end = o->effort > 0 ? dsv41_tokenizer_find(c->tk, "</think>") : -1;
-    if ((o->json_schema || o->grammar) && !(c->grammar = load_grammar(c->tk, o))) return 1;
     c->logits = malloc((size_t)c->V * sizeof *c->logits);
     c->hist = malloc((size_t)c->ctx * sizeof *c->hist);
     if (!(c->smp = dsv41_sampler_new(&o->sp, c->V))) return fail(dsv41_error());

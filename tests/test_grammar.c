@@ -163,42 +163,37 @@ static void test_bad_grammars(void) {
     dsv41_grammar_free(g);
 }
 
+static void write_str(FILE *f, const char *s, size_t n) {
+    fputc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+        else fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
 /* v as JSON text to f (the case file holds schemas as values; the compiler reads text) */
 static void json_write(FILE *f, const dsv41_json *v) {
-    switch (dsv41_json_type_of(v)) {
-    case DSV41_JSON_NULL: fputs("null", f); break;
-    case DSV41_JSON_BOOL: fputs(dsv41_json_num(v, NULL) != 0 ? "true" : "false", f); break;
-    case DSV41_JSON_NUM: {
-        int is_int;
-        double x = dsv41_json_num(v, &is_int);
-        if (is_int) fprintf(f, "%.0f", x);
-        else fprintf(f, "%.17g", x);
-        break;
-    }
-    case DSV41_JSON_STR: {
-        const char *s = dsv41_json_str(v);
-        fputc('"', f);
-        for (size_t i = 0; i < dsv41_json_len(v); i++) {
-            unsigned char ch = (unsigned char)s[i];
-            if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-            else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
-            else fputc(ch, f);
-        }
-        fputc('"', f);
-        break;
-    }
-    case DSV41_JSON_ARR:
-    case DSV41_JSON_OBJ: {
-        int obj = dsv41_json_type_of(v) == DSV41_JSON_OBJ;
-        fputc(obj ? '{' : '[', f);
+    dsv41_json_type t = dsv41_json_type_of(v);
+    int is_int;
+    double x = dsv41_json_num(v, &is_int);
+    if (t == DSV41_JSON_NULL) fputs("null", f);
+    else if (t == DSV41_JSON_BOOL) fputs(x != 0 ? "true" : "false", f);
+    else if (t == DSV41_JSON_NUM) fprintf(f, is_int ? "%.0f" : "%.17g", x);
+    else if (t == DSV41_JSON_STR) write_str(f, dsv41_json_str(v), dsv41_json_len(v));
+    else {
+        fputc(t == DSV41_JSON_OBJ ? '{' : '[', f);
         for (size_t i = 0; i < dsv41_json_len(v); i++) {
             if (i) fputc(',', f);
-            if (obj) fprintf(f, "\"%s\":", dsv41_json_key(v, i)); /* the case file's keys need no escapes */
+            if (t == DSV41_JSON_OBJ) {
+                write_str(f, dsv41_json_key(v, i), strlen(dsv41_json_key(v, i)));
+                fputc(':', f);
+            }
             json_write(f, dsv41_json_at(v, i));
         }
-        fputc(obj ? '}' : ']', f);
-        break;
-    }
+        fputc(t == DSV41_JSON_OBJ ? '}' : ']', f);
     }
 }
 
@@ -256,15 +251,129 @@ static void test_schemas(void) {
     free(text);
 }
 
+/* stop gating, the trigger, copies and the draft check */
+static void test_stops(void) {
+    int32_t end = dsv41_tokenizer_find(tok, "</think>"), a = byte_tok['a'], b = byte_tok['b'], z = byte_tok['z'];
+    dsv41_grammar *g = grammar("root ::= \"a\" \"b\"?");
+    dsv41_constraint *c = dsv41_constraint_new(g, &eos, 1, -1);
+    float *logits = malloc((size_t)n_vocab * sizeof *logits);
+    for (int32_t i = 0; i < n_vocab; i++) logits[i] = 0.0f;
+    int32_t ab;
+    CHECK(dsv41_tokenize(tok, "ab", 2, 0, &ab, 1) == 1, "'ab' is one token");
+    CHECK(dsv41_constraint_mask(c, logits, n_vocab) == 2 && logits[a] == 0.0f && logits[ab] == 0.0f && isinf(logits[eos]),
+          "only 'a' and 'ab' first, EOS held back");
+    CHECK(dsv41_constraint_accept(c, eos) != 0 && dsv41_constraint_status(c) == DSV41_CONSTRAINT_OPEN, "EOS refused while open");
+    CHECK(dsv41_constraint_accept(c, a) == 0 && dsv41_constraint_status(c) == DSV41_CONSTRAINT_CAN_END, "after 'a' it may end");
+    CHECK(dsv41_constraint_allows(c, eos) && dsv41_constraint_allows(c, b) && !dsv41_constraint_allows(c, a), "EOS or 'b'");
+    CHECK(dsv41_constraint_accept(c, b) == 0 && dsv41_constraint_status(c) == DSV41_CONSTRAINT_DONE, "after 'ab' it is done");
+    for (int32_t i = 0; i < n_vocab; i++) logits[i] = 0.0f;
+    CHECK(dsv41_constraint_mask(c, logits, n_vocab) == 1 && logits[eos] == 0.0f, "only EOS once done");
+    /* a longer vocabulary than the tokenizer's (the model's logits): the ids past it are masked */
+    float *wide = calloc((size_t)n_vocab + 64, sizeof *wide);
+    CHECK(dsv41_constraint_mask(c, wide, n_vocab + 64) == 1 && isinf(wide[n_vocab + 10]), "ids past the tokenizer");
+    free(wide);
+    dsv41_constraint_free(c);
+    /* the trigger: free text (no EOS) until </think>, then the grammar */
+    c = dsv41_constraint_new(g, &eos, 1, end);
+    for (int32_t i = 0; i < n_vocab; i++) logits[i] = 0.0f;
+    CHECK(dsv41_constraint_mask(c, logits, n_vocab) == n_vocab - 1 && isinf(logits[eos]), "free before the trigger, but no EOS");
+    CHECK(dsv41_constraint_accept(c, z) == 0 && dsv41_constraint_accept(c, end) == 0, "z </think>");
+    CHECK(dsv41_constraint_allows(c, a) && !dsv41_constraint_allows(c, z) && !dsv41_constraint_allows(c, eos), "the grammar after it");
+    /* a copy stands where the original stands; the draft check walks without moving it */
+    dsv41_constraint *d = dsv41_constraint_new(g, &eos, 1, end);
+    CHECK(d && dsv41_constraint_copy(d, c) == 0 && dsv41_constraint_allows(d, a) && !dsv41_constraint_allows(d, z), "copy");
+    int32_t drafts[] = {a, b, eos, z};
+    CHECK(dsv41_constraint_drafts(c, drafts, 4) == 3 && dsv41_constraint_status(c) == DSV41_CONSTRAINT_OPEN, "drafts a b EOS, not z");
+    CHECK(dsv41_constraint_drafts(c, drafts + 1, 3) == 0, "no draft b first");
+    dsv41_constraint_free(d);
+    dsv41_constraint_free(c);
+    free(logits);
+    dsv41_grammar_free(g);
+}
+
+static uint64_t rng_state;
+static float rng_logit(void) { /* a splitmix64 draw, spread like a filler model's logits */
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    return (float)((double)(z >> 11) * 0x1p-53 * 8.0 - 4.0);
+}
+
+/* Random logits at temperature 1 under a bounded schema: every reply ends by itself, inside a
+ * bound of tokens; the masks of the first replies agree with one-token checks on a fresh copy
+ * (which walks each token's bytes through the parse, not the trie and the plain bitmaps).
+ * Prints the mask time per token. */
+static void test_generate(void) {
+    static const char schema[] =
+        "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 12},"
+        " \"id\": {\"type\": \"integer\", \"minimum\": -50, \"maximum\": 5000}, \"tags\": {\"type\": \"array\","
+        " \"items\": {\"enum\": [\"x\", \"yz\"]}, \"maxItems\": 3}, \"note\": {\"type\": \"string\", \"pattern\": \"^[a-z ]{1,8}$\"},"
+        " \"when\": {\"type\": \"string\", \"format\": \"date\"}, \"ok\": {\"type\": \"boolean\"}},"
+        " \"required\": [\"name\", \"id\", \"tags\", \"ok\"], \"additionalProperties\": false}";
+    double t0 = now_s();
+    char *gtext = dsv41_schema_grammar(schema, strlen(schema), NULL);
+    dsv41_grammar *g = gtext ? grammar(gtext) : NULL;
+    double compile_ms = (now_s() - t0) * 1e3;
+    CHECK(g != NULL, "the generation schema: %s", dsv41_error());
+    free(gtext);
+    if (!g) return;
+    float *logits = malloc((size_t)n_vocab * sizeof *logits);
+    double mask_s = 0.0;
+    int64_t steps = 0, checked = 0, disagree = 0;
+    int ended = 0, seeds = 24;
+    for (int seed = 0; seed < seeds; seed++) {
+        dsv41_sampler_params sp = dsv41_sampler_params_default();
+        sp.temperature = 1.0f, sp.top_p = 1.0f, sp.seed = (uint64_t)seed;
+        dsv41_sampler *smp = dsv41_sampler_new(&sp, n_vocab);
+        dsv41_constraint *c = dsv41_constraint_new(g, &eos, 1, -1), *fresh = dsv41_constraint_new(g, &eos, 1, -1);
+        rng_state = (uint64_t)seed * 7919;
+        int last = 0, step;
+        for (step = 0; step < 400 && !last; step++) {
+            for (int32_t i = 0; i < n_vocab; i++) logits[i] = rng_logit();
+            if (seed < 2 && step % 3 == 0) { /* the mask against one-token checks, on a copy with empty caches */
+                float *m = malloc((size_t)n_vocab * sizeof *m);
+                memcpy(m, logits, (size_t)n_vocab * sizeof *m);
+                int32_t allowed = dsv41_constraint_mask(c, m, n_vocab), count = 0;
+                dsv41_constraint_copy(fresh, c);
+                for (int32_t i = 0; i < n_vocab; i++) {
+                    count += !isinf(m[i]);
+                    if (i % 11 == 0 || !isinf(m[i])) {
+                        checked++;
+                        disagree += dsv41_constraint_allows(fresh, i) != !isinf(m[i]);
+                    }
+                }
+                CHECK(allowed == count, "the mask's count %d, its finite logits %d", allowed, count);
+                free(m);
+            }
+            double t1 = now_s();
+            int32_t allowed = dsv41_constraint_mask(c, logits, n_vocab);
+            mask_s += now_s() - t1;
+            steps++;
+            dsv41_constrained_pick cp = {c, smp}; /* masks again: the cached bitmap of this state */
+            int32_t t = allowed > 0 ? dsv41_constraint_pick(&cp, logits, NULL, 0, &last) : -1;
+            if (t < 0) { CHECK(0, "seed %d step %d: %s", seed, step, dsv41_error()); break; }
+        }
+        ended += last && dsv41_constraint_status(c) == DSV41_CONSTRAINT_DONE;
+        dsv41_constraint_free(c);
+        dsv41_constraint_free(fresh);
+        dsv41_sampler_free(smp);
+    }
+    CHECK(ended == seeds, "%d of %d replies under a bounded schema ended by themselves within 400 tokens", ended, seeds);
+    CHECK(checked > 10000 && disagree == 0, "%lld of %lld mask bits disagree with one-token checks", (long long)disagree, (long long)checked);
+    printf("mask: %.1f us a token over %lld tokens of %d replies (random logits, temperature 1); the schema compiled in %.2f ms\n",
+           mask_s / (double)steps * 1e6, (long long)steps, seeds, compile_ms);
+    free(logits);
+    dsv41_grammar_free(g);
+}
+
 int main(void) {
     char tpath[1100], apath[1100];
     snprintf(tpath, sizeof tpath, "%s/tokenizer/deepseek-v3/tokenizer.json", shared_dir());
     snprintf(apath, sizeof apath, "%s/tokenizer/v41_added_tokens.json", shared_dir());
-    double t0 = now_s();
     tok = dsv41_tokenizer_load_with_added(tpath, apath);
     CHECK(tok != NULL, "the V4.1 tokenizer: %s", dsv41_error());
     if (!tok) return test_summary();
-    (void)t0;
     n_vocab = dsv41_tokenizer_n_vocab(tok);
     eos = dsv41_tokenizer_eos(tok);
     for (int32_t id = 0; id < n_vocab; id++) {
@@ -272,8 +381,13 @@ int main(void) {
         const char *b = dsv41_token_is_special(tok, id) ? NULL : dsv41_token_bytes(tok, id, &len);
         if (b && len == 1 && !byte_tok[(unsigned char)b[0]]) byte_tok[(unsigned char)b[0]] = id;
     }
+    double t1 = now_s();
+    dsv41_grammar_free(grammar("root ::= \"x\""));
+    printf("the first grammar of a tokenizer: %.0f ms (its token tries, kept with it)\n", (now_s() - t1) * 1e3);
     test_grammars();
     test_tokens();
+    test_stops();
+    test_generate();
     test_bad_grammars();
     test_schemas();
     dsv41_tokenizer_free(tok);

@@ -48,6 +48,7 @@ typedef struct {
     int32_t first, n; /* its stacks' top frames: tops[first, first + n), ascending */
     int32_t can_end;  /* 1 when the grammar may end here */
     int32_t mask;     /* its bitmap in masks, or -1 */
+    int32_t plain;    /* plain_next of it: a state, DEAD, MIXED, or UNKNOWN before it is known */
 } dstate;
 
 /* Where a reply stands: what accept moves and drafts walk on a copy of. */
@@ -171,7 +172,7 @@ static int by_id(const void *a, const void *b) {
 
 /* The state of the closure's terminal frames (c->out, sorted here) and can_end. */
 static int32_t state_intern(dsv41_constraint *c, int32_t can_end) {
-    qsort(c->out, (size_t)c->n_out, sizeof *c->out, by_id);
+    if (c->n_out > 1) qsort(c->out, (size_t)c->n_out, sizeof *c->out, by_id);
     int32_t n = 0;
     for (int32_t k = 0; k < c->n_out; k++)
         if (!n || c->out[k] != c->out[n - 1]) c->out[n++] = c->out[k];
@@ -180,7 +181,7 @@ static int32_t state_intern(dsv41_constraint *c, int32_t can_end) {
     uint32_t m = c->st_hcap - 1, h = (uint32_t)tops_hash(c->out, n, can_end) & m;
     for (; c->st_hash[h] >= 0; h = (h + 1) & m) {
         const dstate *s = &c->st[c->st_hash[h]];
-        if (s->n == n && s->can_end == can_end && !memcmp(c->tops + s->first, c->out, (size_t)n * sizeof *c->out))
+        if (s->n == n && s->can_end == can_end && (n == 0 || !memcmp(c->tops + s->first, c->out, (size_t)n * sizeof *c->out)))
             return c->st_hash[h];
     }
     if (c->n_st >= MAX_STATES) return limit(c, "the grammar needs more than 32768 states in one step");
@@ -194,8 +195,8 @@ static int32_t state_intern(dsv41_constraint *c, int32_t can_end) {
         c->trans = t;
     }
     for (int32_t b = 0; b < 256; b++) c->trans[(size_t)c->n_st * 256 + (size_t)b] = UNKNOWN;
-    memcpy(c->tops + c->n_tops, c->out, (size_t)n * sizeof *c->out);
-    c->st[c->n_st] = (dstate){c->n_tops, n, can_end, -1};
+    if (n) memcpy(c->tops + c->n_tops, c->out, (size_t)n * sizeof *c->out);
+    c->st[c->n_st] = (dstate){c->n_tops, n, can_end, -1, UNKNOWN};
     c->n_tops += n;
     c->st_hash[h] = c->n_st;
     return c->n_st++;
@@ -274,12 +275,12 @@ static inline int32_t step(dsv41_constraint *c, int32_t s, uint8_t b) {
 
 /* ---- plain text: where every plain character (tokentrie.h) acts alike */
 
-enum { MIXED = -3 };
+enum { MIXED = -3 }; /* below DEAD and UNKNOWN */
 
 /* The state every plain character leads to from s (through the same states for every byte of
  * a UTF-8 length and lead range, so a token cut inside a character is alive too); DEAD when
  * none can follow; MIXED when they differ; UNKNOWN on a limit. */
-static int32_t plain_next(dsv41_constraint *c, int32_t s) {
+static int32_t plain_next_of(dsv41_constraint *c, int32_t s) {
     static const struct {
         uint8_t lead_lo, lead_hi, n;  /* lead bytes, continuation bytes */
         uint8_t lo[3], hi[3];         /* each continuation's range */
@@ -326,6 +327,15 @@ static int32_t plain_next(dsv41_constraint *c, int32_t s) {
         to = at;
     }
     return !live ? DEAD : dead ? MIXED : to;
+}
+
+static int32_t plain_next(dsv41_constraint *c, int32_t s) {
+    if (c->st[s].plain == UNKNOWN) {
+        int32_t x = plain_next_of(c, s);
+        if (x == UNKNOWN) return UNKNOWN;
+        c->st[s].plain = x;
+    }
+    return c->st[s].plain;
 }
 
 /* How many plain characters may follow s, all alike: PLAIN_MAX when at least that many (or
@@ -576,19 +586,32 @@ int32_t dsv41_constraint_mask(dsv41_constraint *c, float *logits, int32_t vocab_
             if (c->stop[k] < vocab_size && logits[c->stop[k]] != -INFINITY) logits[c->stop[k]] = -INFINITY, masked++;
         return vocab_size - masked;
     }
-    const uint32_t *m = c->at.stopped ? NULL : state_mask(c, c->at.state);
-    if (!m && !c->at.stopped) return 0;
-    for (int32_t w = 0; w * 32 < V; w++) {
-        uint32_t bits = m ? m[w] : 0;
-        if (c->at.stopped)
-            for (int32_t k = 0; k < c->n_stop; k++)
-                if (c->stop[k] >> 5 == w) bits |= 1u << (c->stop[k] & 31);
-        int32_t lo = w * 32, hi = lo + 32 < V ? lo + 32 : V;
-        if (bits == 0xFFFFFFFFu && hi - lo == 32) { allowed += 32; continue; }
-        for (int32_t id = lo; id < hi; id++)
-            if (bits >> (id - lo) & 1) allowed++;
-            else logits[id] = -INFINITY;
+    if (c->at.stopped) { /* only the stops: their logits kept, all others masked */
+        float keep[16];
+        int32_t n = c->n_stop < 16 ? c->n_stop : 16;
+        for (int32_t k = 0; k < n; k++) keep[k] = c->stop[k] < vocab_size ? logits[c->stop[k]] : 0.0f;
+        for (int32_t id = 0; id < vocab_size; id++) logits[id] = -INFINITY;
+        for (int32_t k = 0; k < n; k++)
+            if (c->stop[k] < vocab_size && isinf(logits[c->stop[k]])) logits[c->stop[k]] = keep[k], allowed++;
+        return allowed;
     }
+    const uint32_t *m = state_mask(c, c->at.state);
+    if (!m) return 0;
+    int32_t full = V / 32;
+    for (int32_t w = 0; w < full; w++) { /* loops of a fixed 32, which the compiler turns into vector stores */
+        uint32_t bits = m[w];
+        float *l = logits + (size_t)w * 32;
+        if (bits == 0xFFFFFFFFu) { allowed += 32; continue; }
+        if (bits == 0) {
+            for (int k = 0; k < 32; k++) l[k] = -INFINITY;
+            continue;
+        }
+        allowed += __builtin_popcount(bits);
+        for (int k = 0; k < 32; k++) l[k] = bits >> k & 1 ? l[k] : -INFINITY;
+    }
+    for (int32_t id = full * 32; id < V; id++)
+        if (m[id >> 5] >> (id & 31) & 1) allowed++;
+        else logits[id] = -INFINITY;
     for (int32_t id = V; id < vocab_size; id++) logits[id] = -INFINITY;
     return allowed;
 }

@@ -387,7 +387,7 @@ static void parse_class(parser *p, int32_t owner, elvec *item) {
 static void parse_alternatives(parser *p, int32_t r, int in_group);
 
 /* <[id]> or <spelling>: the spelling with its brackets (<think>) or, failing that, within them
- * (<｜DSML｜>). */
+ * (<｜DSML｜>). An added token is matched as that token; an ordinary one as its text. */
 static void parse_token(parser *p, elvec *item) {
     size_t at = p->i;
     const char *end = memchr(p->s + p->i, '>', p->n - p->i);
@@ -413,7 +413,15 @@ static void parse_token(parser *p, elvec *item) {
         if (id < 0) { fail_at(p, at, "no token is spelled ", "like this terminal"); return; }
     }
     p->i = at + len;
-    el_push(p, item, G_TOKEN, id);
+    if (tokenizer_is_added(p->tok, id)) {
+        el_push(p, item, G_TOKEN, id);
+        return;
+    }
+    /* an ordinary token stands for its text (which other splits of the same bytes match too) */
+    size_t n;
+    const char *bytes = dsv41_token_bytes(p->tok, id, &n);
+    if (!bytes || n == 0) { fail_at(p, at, "the token terminal names a token without text", NULL); return; }
+    for (size_t k = 0; k < n; k++) el_push(p, item, G_BYTES, set_range(p, (unsigned char)bytes[k], (unsigned char)bytes[k]));
 }
 
 /* x{m,n} of the single element x appended to seq (n < 0: no upper bound). */
@@ -633,7 +641,7 @@ static int flatten(parser *p, dsv41_grammar *g) {
         g->rule_alt[r] = a;
         for (int32_t k = 0; k < p->rules[r].n_alts; k++) {
             g->alt[a++] = e;
-            memcpy(g->el + e, p->rules[r].alts[k].v, (size_t)p->rules[r].alts[k].n * sizeof *g->el);
+            if (p->rules[r].alts[k].n) memcpy(g->el + e, p->rules[r].alts[k].v, (size_t)p->rules[r].alts[k].n * sizeof *g->el);
             e += p->rules[r].alts[k].n;
             g->el[e++] = (gram_el){G_END, 0};
         }

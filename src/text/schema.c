@@ -22,6 +22,7 @@
 
 #include "error.h"
 #include "json.h"
+#include "tokenizer.h"
 
 enum {
     MAX_SCHEMA = 1 << 20,  /* bytes of schema text */
@@ -38,7 +39,7 @@ typedef struct {
 } sbuf;
 
 static void sb_put(sbuf *b, const char *p, size_t n) {
-    if (b->oom) return;
+    if (b->oom || n == 0) return;
     if (b->n + n + 1 > b->cap) {
         size_t c = b->cap ? b->cap : 256;
         while (c < b->n + n + 1) c *= 2;
@@ -394,6 +395,7 @@ static void emit_string(ctx *c, const view *v, sbuf *b) {
     if (c->failed) return;
     if ((fmt || pat) && (get(v, "minLength") || get(v, "maxLength")))
         { fail(c, "minLength / maxLength together with pattern or format is not supported", NULL); return; }
+    if (fmt && pat) { fail(c, "together with pattern is not supported", "format"); return; }
     if (pat) {
         if (pat->type != JSON_STR) { fail(c, "must be a string", "pattern"); return; }
         size_t old = path_push(c, "pattern", NULL);
@@ -620,8 +622,18 @@ static void emit_object(ctx *c, const view *v, sbuf *b) {
     if (c->failed) goto out;
     sbuf key = {0}; /* the grammar of an additional key */
     if (add_rule >= 0) {
+        /* the named keys an additional key could spell (one holding what JSON escapes never is one) */
+        const char **plain = malloc((n + 1) * sizeof *plain);
+        int np = 0;
+        if (!plain) { free(key.s); c->failed = 1, set_error("out of memory"); goto out; }
+        for (size_t i = 0; i < n; i++) {
+            int ok = 1;
+            for (const unsigned char *p = (const unsigned char *)name[i]; *p && ok; p++) ok = *p >= 0x20 && *p != '"' && *p != '\\';
+            if (ok) plain[np++] = name[i];
+        }
         sb_str(&key, "\"\\\"\" ");
-        except_keys(c, &key, name, (int)n, 0);
+        except_keys(c, &key, plain, np, 0);
+        free(plain);
         sb_str(&key, " \"\\\"\"");
     }
     /* kv_i: "name" ws ":" ws value */
@@ -957,47 +969,80 @@ static void rx_char(sbuf *b, const char *p, size_t n) {
     } else lit(b, p, n);
 }
 
+/* The code point of the UTF-8 character at p (the schema was parsed, so it is valid). */
+static int32_t utf8_code(const char *p) {
+    const unsigned char *u = (const unsigned char *)p;
+    int k = utf8_len(u[0]);
+    int32_t v = k == 1 ? u[0] : u[0] & (0x3F >> (k - 1));
+    for (int i = 1; i < k; i++) v = v << 6 | (u[i] & 0x3F);
+    return v;
+}
+
 /* [...] of the pattern into b: a grammar class of the same characters, less those JSON must
- * escape (" \ and controls), which a string under a pattern leaves out. */
+ * escape (" \ and controls), which a string under a pattern leaves out. A range must run
+ * forwards (checked here: the grammar would refuse it, and the error belongs to the schema). */
 static void rx_class(ctx *c, rx *r, sbuf *b) {
     r->i++;
     int neg = r->s[r->i] == '^';
     if (neg) r->i++;
     sbuf m = {0};
     int n = 0;
-    while (r->s[r->i] && (r->s[r->i] != ']' || n == 0)) {
+    int32_t last = -1, from = -1; /* the last single character; a range's start while its end is read */
+    while (!c->failed && r->s[r->i] && (r->s[r->i] != ']' || n == 0)) {
         unsigned char ch = (unsigned char)r->s[r->i];
+        int32_t cp = -1; /* the single character this item adds, if it is one */
         n++;
+        if (ch == '-' && last >= 0 && r->s[r->i + 1] && r->s[r->i + 1] != ']') {
+            from = last;
+            sb_str(&m, "-");
+            r->i++;
+            continue;
+        }
         if (ch == '\\') {
             char e = r->s[r->i + 1];
             const char *ce = class_escape(e);
             if (!e) break;
-            if (ce) { sb_str(&m, ce); r->i += 2; continue; }
-            if (e == 'D' || e == 'W' || e == 'S') { fail(c, "negated class escapes inside [...] are not supported", "pattern"); break; }
-            if (e == 'b' || (e >= '1' && e <= '9')) { fail(c, "backreferences are not supported", "pattern"); break; }
-            if (e == 'n' || e == 't' || e == 'r' || e == 'f' || e == 'v') { r->i += 2; continue; } /* controls: left out */
-            if (e == 'u' || e == 'x') {
+            if (ce) sb_str(&m, ce);
+            else if (e == 'D' || e == 'W' || e == 'S') { fail(c, "negated class escapes inside [...] are not supported", "pattern"); break; }
+            else if (e == 'b' || (e >= '1' && e <= '9')) { fail(c, "backreferences are not supported", "pattern"); break; }
+            else if (e == 'u' || e == 'x') {
                 int digits = e == 'u' ? 4 : 2;
-                sb_put(&m, r->s + r->i, (size_t)(2 + digits));
-                r->i += (size_t)(2 + digits);
-                continue;
+                cp = 0;
+                for (int k = 0; k < digits; k++) {
+                    char h = r->s[r->i + 2 + k];
+                    int v = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+                    if (v < 0) { fail(c, "a \\u or \\x escape needs hex digits", "pattern"); break; }
+                    cp = cp << 4 | v;
+                }
+                if (c->failed) break;
+                if (cp >= 0x20 && cp != '"' && cp != '\\' && !(cp >= 0xD800 && cp <= 0xDFFF)) sb_fmt(&m, "\\u%04X", (unsigned)cp);
+                else if (from >= 0) { fail(c, "a class range ends at a character a JSON string escapes", "pattern"); break; }
+                r->i += (size_t)digits;
+            } else if (e == 'n' || e == 't' || e == 'r' || e == 'f' || e == 'v' || e == '"' || e == '\\') {
+                if (from >= 0) { fail(c, "a class range ends at a character a JSON string escapes", "pattern"); break; }
+            } else {
+                sb_fmt(&m, "\\%c", e);
+                cp = (unsigned char)e;
             }
-            if (e == '"' || e == '\\') { r->i += 2; continue; }
-            sb_fmt(&m, "\\%c", e);
             r->i += 2;
-            continue;
-        }
-        if (ch == '"' || ch < 0x20) { r->i++; continue; }
-        if (ch == '[' || ch == ']' || ch == '^') sb_fmt(&m, "\\%c", ch), r->i++;
-        else {
+        } else if (ch == '"' || ch < 0x20) { /* left out: a string under a pattern holds no escapes */
+            if (from >= 0) { fail(c, "a class range ends at a character a JSON string escapes", "pattern"); break; }
+            r->i++;
+        } else {
             int k = utf8_len(ch);
-            sb_put(&m, r->s + r->i, (size_t)k);
+            cp = utf8_code(r->s + r->i);
+            if (ch == '[' || ch == ']' || ch == '^') sb_fmt(&m, "\\%c", ch);
+            else sb_put(&m, r->s + r->i, (size_t)k);
             r->i += (size_t)k;
         }
+        if (from >= 0 && cp >= 0 && cp < from) { fail(c, "has a class range that runs backwards", "pattern"); break; }
+        last = from >= 0 ? -1 : cp; /* a range's end starts no range */
+        from = -1;
     }
-    if (r->s[r->i] != ']') fail(c, "a class is not closed", "pattern");
+    if (!c->failed && r->s[r->i] != ']') fail(c, "a class is not closed", "pattern");
     else r->i++;
-    if (neg) sb_fmt(b, "[^\"\\\\\\x00-\\x1F%s]", m.s ? m.s : "");
+    if (c->failed) {
+    } else if (neg) sb_fmt(b, "[^\"\\\\\\x00-\\x1F%s]", m.s ? m.s : "");
     else if (!m.s) fail(c, "a class holds no character a JSON string can hold unescaped", "pattern");
     else sb_fmt(b, "[%s]", m.s);
     free(m.s);
@@ -1043,12 +1088,14 @@ static void rx_atom(ctx *c, rx *r, sbuf *b) {
     }
     char q = s[r->i];
     if (q == '*' || q == '+' || q == '?') { sb_put(b, &q, 1); r->i++; }
-    else if (q == '{') {
-        size_t j = r->i + 1;
-        while (s[j] && s[j] != '}' && ((s[j] >= '0' && s[j] <= '9') || s[j] == ',')) j++;
-        if (s[j] != '}' || j == r->i + 1) { fail(c, "a quantifier {m,n} is malformed", "pattern"); return; }
-        sb_put(b, s + r->i, j - r->i + 1);
-        r->i = j + 1;
+    else if (q == '{') { /* {m}, {m,}, {m,n} with m <= n <= 10000 (grammar.c's bound) */
+        char *e;
+        long m = strtol(s + r->i + 1, &e, 10), n = m;
+        if (e == s + r->i + 1 || m < 0) { fail(c, "a quantifier {m,n} is malformed", "pattern"); return; }
+        if (*e == ',') n = e[1] == '}' ? -1 : strtol(e + 1, &e, 10), e += n < 0;
+        if (*e != '}' || m > 10000 || n > 10000 || (n >= 0 && n < m)) { fail(c, "a quantifier {m,n} is malformed or above 10000", "pattern"); return; }
+        sb_put(b, s + r->i, (size_t)(e - (s + r->i)) + 1);
+        r->i = (size_t)(e - s) + 1;
     } else return;
     if (s[r->i] == '?' || s[r->i] == '+') r->i++; /* lazy / possessive: the same language */
     sb_str(b, " ");
@@ -1101,6 +1148,9 @@ char *dsv41_schema_grammar(const char *schema, size_t len, const char *prefix) {
             set_error("json schema: the rule prefix '%s' holds a character rule names cannot", prefix);
             return NULL;
         }
+    const char *why;
+    size_t bad = utf8_invalid_at(schema, len, &why);
+    if (bad < len) { set_error("json schema: the text is not UTF-8 at byte %zu%s", bad, why); return NULL; }
     char err[256];
     json *root = json_parse(schema, len, err, sizeof err);
     if (!root) { set_error("json schema: %s", err); return NULL; }

@@ -9,7 +9,7 @@ out=$1
 shared=${DSV41_SHARED:-../shared}
 golden=${DSV41_GOLDEN:-$shared/golden/ds41_tiny_golden.json}
 rm -rf "$out"
-mkdir -p "$out/checkpoint" "$out/tokenizer" "$out/tokenize" "$out/chat" "$out/golden" "$out/session" "$out/api"
+mkdir -p "$out/checkpoint" "$out/tokenizer" "$out/tokenize" "$out/chat" "$out/golden" "$out/session" "$out/api" "$out/grammar" "$out/schema"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 ./dsv41 convert --golden "$golden" --dtype bf16 -o "$work/bf16" >/dev/null
@@ -36,6 +36,18 @@ for i, v in enumerate(json.load(open(os.path.join(shared, "tokenizer", "vectors.
 for name in ("chat_vectors.json", "chat_vectors_v4.json"):
     for i, c in enumerate(json.load(open(os.path.join(shared, "tokenizer", name), encoding="utf-8"))):
         put("chat", "%s-%02d" % (name[:-5], i), json.dumps({k: c[k] for k in ("messages", "tools", "options") if k in c}, ensure_ascii=False))
+
+# schema: every schema of the test table; grammar: grammars in the documented form
+for i, c in enumerate(json.load(open("tests/data/schema_cases.json", encoding="utf-8"))["cases"]):
+    put("schema", "case%02d" % i, json.dumps(c["schema"]))
+grammars = [
+    'root ::= "{" ws "\\"a\\"" ws ":" ws num ws "}"\nws ::= [ \\t\\n]{0,3}\nnum ::= "-"? [0-9]{1,4}\n',
+    '# comment\nroot ::= item ("," item)*\nitem ::= [a-z\\u00e9]+ | "(" root ")"\n',
+    'root ::= <think> [^<]* </think> ("yes" | "no"){1,2} <[1]>?\n',
+    'root ::= "<\uff5cDSML\uff5c calls>" . .? [\\x41-\\x5A]{2,}\n',
+]
+for i, g in enumerate(grammars):
+    put("grammar", "g%d" % i, g + "abcd")
 
 # tokenizer: the V3 tokenizer.json cut to its first 300 tokens and the merges among them
 t = json.load(open(os.path.join(shared, "tokenizer", "deepseek-v3", "tokenizer.json"), encoding="utf-8"))
