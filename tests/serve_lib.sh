@@ -1,6 +1,7 @@
 # serve_lib.sh - what the server tests share (after lib.sh): the test model (the tiny geometry
 # with synthesized weights, the real 129,280-token vocabulary and the V4.1 tokenizer) in $m,
-# servers started on kernel-chosen ports, requests with curl, and OpenAI's error shape.
+# servers started on kernel-chosen ports, requests with curl, OpenAI's error shape, and the node
+# scripts that drive a server through an npm client.
 data=${DSV41_SHARED:-../shared}
 for f in "$data/models/tiny_text.json" "$data/tokenizer/deepseek-v3/tokenizer.json" "$data/tokenizer/v41_added_tokens.json"; do
     if [ ! -f "$f" ]; then bad "shared data not found: $f"; finish; exit 1; fi
