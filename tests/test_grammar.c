@@ -361,6 +361,32 @@ static void test_generate(void) {
     }
     CHECK(ended == seeds, "%d of %d replies under a bounded schema ended by themselves within 400 tokens", ended, seeds);
     CHECK(checked > 10000 && disagree == 0, "%lld of %lld mask bits disagree with one-token checks", (long long)disagree, (long long)checked);
+    /* greedy: the pick checks the argmax before it masks; the same tokens as masking first (a
+     * plain argmax over the masked logits, the first of the largest) */
+    int same = 1;
+    for (int seed = 0; seed < 6 && same; seed++) {
+        dsv41_sampler_params sp = dsv41_sampler_params_default();
+        sp.temperature = 0.0f;
+        dsv41_sampler *smp = dsv41_sampler_new(&sp, n_vocab);
+        dsv41_constraint *a = dsv41_constraint_new(g, &eos, 1, -1), *b = dsv41_constraint_new(g, &eos, 1, -1);
+        float *copy = malloc((size_t)n_vocab * sizeof *copy);
+        rng_state = (uint64_t)seed * 104729;
+        int last = 0;
+        for (int step = 0; step < 400 && !last && same; step++) {
+            for (int32_t i = 0; i < n_vocab; i++) copy[i] = logits[i] = rng_logit();
+            dsv41_constrained_pick cp = {a, smp};
+            int32_t ta = dsv41_constraint_pick(&cp, logits, NULL, 0, &last), tb = -1;
+            dsv41_constraint_mask(b, copy, n_vocab);
+            for (int32_t i = 0; i < n_vocab; i++)
+                if (tb < 0 || copy[i] > copy[tb]) tb = i;
+            same = ta == tb && dsv41_constraint_accept(b, tb) == 0;
+            CHECK(same, "greedy seed %d step %d: the pick %d, the masked argmax %d", seed, step, ta, tb);
+        }
+        free(copy);
+        dsv41_constraint_free(a);
+        dsv41_constraint_free(b);
+        dsv41_sampler_free(smp);
+    }
     printf("mask: %.1f us a token over %lld tokens of %d replies (random logits, temperature 1); the schema compiled in %.2f ms\n",
            mask_s / (double)steps * 1e6, (long long)steps, seeds, compile_ms);
     free(logits);
