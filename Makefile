@@ -177,10 +177,10 @@ build/aarch64:
 
 # tests/run.sh starts them in this order, the longest first (neon.sh runs under qemu on one CPU),
 # so that its lanes finish together
-TEST_SCRIPTS = tests/cli.sh tests/cli_text.sh tests/cli_chat.sh tests/cli_input.sh tests/cli_guard.sh tests/layers.sh tests/serve.sh \
+TEST_SCRIPTS = tests/cli.sh tests/cli_text.sh tests/cli_chat.sh tests/cli_structured.sh tests/cli_input.sh tests/cli_guard.sh tests/layers.sh tests/serve.sh \
                tests/serve_text.sh tests/serve_structured.sh tests/serve_agents.sh tests/serve_slots.sh tests/serve_long.sh tests/serve_draft.sh tests/load.sh tests/python.sh tests/install.sh tests/runner.sh
 
-# The npm packages the server's tests drive it with (openai, @anthropic-ai/sdk, puppeteer-core)
+# The npm packages the server's tests drive it with (openai, @anthropic-ai/sdk, zod, puppeteer-core)
 # are the tests' own: installed from the lock file into the ignored tests/node/node_modules when
 # missing or older than the lock, so that `make test` needs nothing the README's first line does
 # not install. Without npm the server tests that need them say so and fail.

@@ -8,6 +8,7 @@
  * walk as the original; bad grammars and schemas name the problem. Prints the per-token mask
  * time and a schema's compile time. */
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 #include <time.h>
 
@@ -361,10 +362,97 @@ static void test_generate(void) {
     }
     CHECK(ended == seeds, "%d of %d replies under a bounded schema ended by themselves within 400 tokens", ended, seeds);
     CHECK(checked > 10000 && disagree == 0, "%lld of %lld mask bits disagree with one-token checks", (long long)disagree, (long long)checked);
+    /* greedy: the pick checks the argmax before it masks; the same tokens as masking first (a
+     * plain argmax over the masked logits, the first of the largest) */
+    int same = 1;
+    for (int seed = 0; seed < 6 && same; seed++) {
+        dsv41_sampler_params sp = dsv41_sampler_params_default();
+        sp.temperature = 0.0f;
+        dsv41_sampler *smp = dsv41_sampler_new(&sp, n_vocab);
+        dsv41_constraint *a = dsv41_constraint_new(g, &eos, 1, -1), *b = dsv41_constraint_new(g, &eos, 1, -1);
+        float *copy = malloc((size_t)n_vocab * sizeof *copy);
+        rng_state = (uint64_t)seed * 104729;
+        int last = 0;
+        for (int step = 0; step < 400 && !last && same; step++) {
+            for (int32_t i = 0; i < n_vocab; i++) copy[i] = logits[i] = rng_logit();
+            dsv41_constrained_pick cp = {a, smp};
+            int32_t ta = dsv41_constraint_pick(&cp, logits, NULL, 0, &last), tb = -1;
+            dsv41_constraint_mask(b, copy, n_vocab);
+            for (int32_t i = 0; i < n_vocab; i++)
+                if (tb < 0 || copy[i] > copy[tb]) tb = i;
+            same = ta == tb && dsv41_constraint_accept(b, tb) == 0;
+            CHECK(same, "greedy seed %d step %d: the pick %d, the masked argmax %d", seed, step, ta, tb);
+        }
+        free(copy);
+        dsv41_constraint_free(a);
+        dsv41_constraint_free(b);
+        dsv41_sampler_free(smp);
+    }
     printf("mask: %.1f us a token over %lld tokens of %d replies (random logits, temperature 1); the schema compiled in %.2f ms\n",
            mask_s / (double)steps * 1e6, (long long)steps, seeds, compile_ms);
     free(logits);
     dsv41_grammar_free(g);
+}
+
+/* Two threads on a fresh tokenizer: both compile at once (the token tries are built once, under
+ * the tokenizer's lock) and share one grammar, each with its own constraint: the same masks as
+ * one thread alone. */
+typedef struct {
+    const dsv41_tokenizer *t;
+    dsv41_grammar *g;         /* in: NULL to compile one; out: the grammar used */
+    const dsv41_grammar *use; /* the shared grammar, once both compiled */
+    int64_t sum;              /* out: a digest of the masks of a fixed walk */
+} thread_job;
+
+static const char thread_grammar[] = "root ::= \"{\" [ ]? \"\\\"k\\\": \\\"\" [^\"\\\\]{0,20} \"\\\"}\"";
+
+static void *compile_job(void *arg) {
+    thread_job *j = arg;
+    j->g = dsv41_grammar_new(j->t, thread_grammar, strlen(thread_grammar));
+    return NULL;
+}
+
+static void *mask_job(void *arg) {
+    thread_job *j = arg;
+    int32_t V = dsv41_tokenizer_n_vocab(j->t), e = dsv41_tokenizer_eos(j->t);
+    float *l = malloc((size_t)V * sizeof *l);
+    dsv41_constraint *c = dsv41_constraint_new(j->use, &e, 1, -1);
+    j->sum = 0;
+    for (int step = 0; step < 12 && dsv41_constraint_status(c) != DSV41_CONSTRAINT_DONE; step++) {
+        for (int32_t i = 0; i < V; i++) l[i] = 0.0f;
+        j->sum = j->sum * 31 + dsv41_constraint_mask(c, l, V);
+        int32_t pick = -1; /* the largest allowed id: a fixed walk */
+        for (int32_t i = V - 1; i >= 0 && pick < 0; i--)
+            if (!isinf(l[i])) pick = i;
+        if (pick < 0 || dsv41_constraint_accept(c, pick)) break;
+        j->sum = j->sum * 31 + pick;
+    }
+    dsv41_constraint_free(c);
+    free(l);
+    return NULL;
+}
+
+static void test_threads(const char *tpath, const char *apath) {
+    dsv41_tokenizer *t = dsv41_tokenizer_load_with_added(tpath, apath);
+    CHECK(t != NULL, "a second tokenizer: %s", dsv41_error());
+    if (!t) return;
+    thread_job j[2] = {{t, NULL, NULL, 0}, {t, NULL, NULL, 0}};
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++) pthread_create(&th[k], NULL, compile_job, &j[k]);
+    for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
+    CHECK(j[0].g && j[1].g, "two grammars compiled at once on a fresh tokenizer");
+    if (j[0].g && j[1].g) {
+        thread_job alone = {t, NULL, j[0].g, 0};
+        mask_job(&alone);
+        j[0].use = j[1].use = j[0].g;
+        for (int k = 0; k < 2; k++) pthread_create(&th[k], NULL, mask_job, &j[k]);
+        for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
+        CHECK(alone.sum != 0 && j[0].sum == alone.sum && j[1].sum == alone.sum, "two threads on one grammar: %lld %lld, alone %lld",
+              (long long)j[0].sum, (long long)j[1].sum, (long long)alone.sum);
+    }
+    dsv41_grammar_free(j[0].g);
+    dsv41_grammar_free(j[1].g);
+    dsv41_tokenizer_free(t);
 }
 
 int main(void) {
@@ -388,6 +476,7 @@ int main(void) {
     test_tokens();
     test_stops();
     test_generate();
+    test_threads(tpath, apath);
     test_bad_grammars();
     test_schemas();
     dsv41_tokenizer_free(tok);

@@ -26,6 +26,7 @@
 
 #include "error.h"
 #include "grammar.h"
+#include "numerics.h"
 #include "sampler.h"
 #include "tokenizer.h"
 
@@ -637,14 +638,27 @@ int32_t dsv41_constraint_drafts(dsv41_constraint *c, const int32_t *drafts, int3
     return k;
 }
 
+/* Greedy picks check the argmax first: masking only lowers logits to -INFINITY, so when the
+ * argmax (the first of the largest, after the penalties) is allowed it is also the argmax of
+ * the masked logits, and the mask need not be made. Any other draw (temperature, top-k/p, a
+ * seeded stream) depends on the whole distribution, so it always masks first. */
 int32_t dsv41_constraint_pick(void *ctx, float *logits, const int32_t *history, int32_t n, int *last) {
     dsv41_constrained_pick *p = ctx;
     dsv41_constraint *c = p->constraint;
-    if (dsv41_constraint_mask(c, logits, sampler_vocab(p->sampler)) == 0) {
-        if (!c->failed) set_error("constraint: no token can continue the grammar here");
-        return -1;
+    const dsv41_sampler_params *sp = sampler_params(p->sampler);
+    int32_t V = sampler_vocab(p->sampler), t = -1;
+    if (sp->temperature == 0.0f) {
+        if (dsv41_apply_penalties(sp, history, n, logits, V)) return -1;
+        t = argmax_f32(logits, V);
+        if (dsv41_constraint_allows(c, t) != 1) t = -1;
     }
-    int32_t t = dsv41_sample_pick(p->sampler, logits, history, n, NULL);
+    if (t < 0) {
+        if (dsv41_constraint_mask(c, logits, V) == 0) {
+            if (!c->failed) set_error("constraint: no token can continue the grammar here");
+            return -1;
+        }
+        t = sp->temperature == 0.0f ? dsv41_sample(p->sampler, logits) : dsv41_sample_pick(p->sampler, logits, history, n, NULL);
+    }
     if (t < 0 || dsv41_constraint_accept(c, t)) return -1;
     if (is_stop(c, t) || dsv41_constraint_status(c) == DSV41_CONSTRAINT_DONE) *last = 1;
     return t;

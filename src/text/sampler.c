@@ -68,6 +68,7 @@ int32_t dsv41_sample_pick(void *sampler, float *logits, const int32_t *history, 
 
 uint64_t dsv41_sampler_state(const dsv41_sampler *s) { return s->state; }
 int32_t sampler_vocab(const dsv41_sampler *s) { return s->vocab; }
+const dsv41_sampler_params *sampler_params(const dsv41_sampler *s) { return &s->p; }
 void dsv41_sampler_set_state(dsv41_sampler *s, uint64_t state) { s->state = state; }
 
 dsv41_sampler_params dsv41_sampler_params_default(void) {

@@ -8,5 +8,7 @@
 
 /* The vocabulary size the sampler was made for: the length of the logits it reads. */
 int32_t sampler_vocab(const dsv41_sampler *s);
+/* The parameters the sampler was made with. */
+const dsv41_sampler_params *sampler_params(const dsv41_sampler *s);
 
 #endif

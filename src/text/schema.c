@@ -945,7 +945,7 @@ typedef struct {
 /* One character of a pattern (escapes decoded) as grammar text for a class member, or for a
  * literal; class: inside [...]. Returns the code point or -1 after an error, -2 for a class
  * escape (\d \w \s ...) written directly. */
-static void rx_alt(ctx *c, rx *r, sbuf *b);
+static int rx_alt(ctx *c, rx *r, sbuf *b);
 
 static const char *class_escape(char e) {
     switch (e) {
@@ -1048,19 +1048,22 @@ static void rx_class(ctx *c, rx *r, sbuf *b) {
     free(m.s);
 }
 
-/* One atom of the pattern and its quantifier into b. */
-static void rx_atom(ctx *c, rx *r, sbuf *b) {
+/* One atom of the pattern and its quantifier into b; 1 when it can match nothing. An unbounded
+ * repetition of what can match nothing is an error (the grammar would refuse it as left
+ * recursion, and the error belongs to the schema). */
+static int rx_atom(ctx *c, rx *r, sbuf *b) {
     const char *s = r->s;
     char ch = s[r->i];
+    int empty = 0;
     if (ch == '(') {
         r->i++;
         if (s[r->i] == '?') {
-            if (s[r->i + 1] != ':') { fail(c, "lookaround and named groups are not supported", "pattern"); return; }
+            if (s[r->i + 1] != ':') return fail(c, "lookaround and named groups are not supported", "pattern");
             r->i += 2;
         }
         sb_str(b, "(");
-        rx_alt(c, r, b);
-        if (s[r->i] != ')') { fail(c, "a group is not closed", "pattern"); return; }
+        empty = rx_alt(c, r, b);
+        if (s[r->i] != ')') return fail(c, "a group is not closed", "pattern");
         r->i++;
         sb_str(b, ")");
     } else if (ch == '[') rx_class(c, r, b);
@@ -1068,56 +1071,64 @@ static void rx_atom(ctx *c, rx *r, sbuf *b) {
     else if (ch == '\\') {
         char e = s[r->i + 1];
         const char *ce = class_escape(e);
-        if (!e) { fail(c, "ends with a backslash", "pattern"); return; }
+        if (!e) return fail(c, "ends with a backslash", "pattern");
         if (ce) sb_fmt(b, "[%s]", ce);
         else if (e == 'D') sb_str(b, "[^\"\\\\\\x00-\\x1F0-9]");
         else if (e == 'W') sb_str(b, "[^\"\\\\\\x00-\\x1Fa-zA-Z0-9_]");
         else if (e == 'S') sb_str(b, "[^\"\\\\\\x00-\\x20]");
-        else if (e == 'b' || e == 'B' || (e >= '1' && e <= '9') || e == 'k') { fail(c, "backreferences and word boundaries are not supported", "pattern"); return; }
+        else if (e == 'b' || e == 'B' || (e >= '1' && e <= '9') || e == 'k') return fail(c, "backreferences and word boundaries are not supported", "pattern");
         else if (e == 'n') sb_str(b, "\"\\\\n\"");
         else if (e == 't') sb_str(b, "\"\\\\t\"");
         else rx_char(b, &e, 1);
         r->i += 2;
     } else if (ch == '*' || ch == '+' || ch == '?' || ch == '{') {
-        fail(c, "a quantifier follows nothing", "pattern");
-        return;
+        return fail(c, "a quantifier follows nothing", "pattern");
     } else {
         int k = utf8_len((unsigned char)ch);
         rx_char(b, s + r->i, (size_t)k);
         r->i += (size_t)k;
     }
+    if (c->failed) return -1;
     char q = s[r->i];
+    long m = q == '+', n = q == '?' ? 1 : -1; /* the repetition {m,n}, n -1 unbounded */
     if (q == '*' || q == '+' || q == '?') { sb_put(b, &q, 1); r->i++; }
     else if (q == '{') { /* {m}, {m,}, {m,n} with m <= n <= 10000 (grammar.c's bound) */
         char *e;
-        long m = strtol(s + r->i + 1, &e, 10), n = m;
-        if (e == s + r->i + 1 || m < 0) { fail(c, "a quantifier {m,n} is malformed", "pattern"); return; }
+        m = n = strtol(s + r->i + 1, &e, 10);
+        if (e == s + r->i + 1 || m < 0) return fail(c, "a quantifier {m,n} is malformed", "pattern");
         if (*e == ',') n = e[1] == '}' ? -1 : strtol(e + 1, &e, 10), e += n < 0;
-        if (*e != '}' || m > 10000 || n > 10000 || (n >= 0 && n < m)) { fail(c, "a quantifier {m,n} is malformed or above 10000", "pattern"); return; }
+        if (*e != '}' || m > 10000 || n > 10000 || (n >= 0 && n < m)) return fail(c, "a quantifier {m,n} is malformed or above 10000", "pattern");
         sb_put(b, s + r->i, (size_t)(e - (s + r->i)) + 1);
         r->i = (size_t)(e - s) + 1;
-    } else return;
+    } else return empty;
+    if (empty && n < 0) return fail(c, "repeats without bound something that can match nothing", "pattern");
     if (s[r->i] == '?' || s[r->i] == '+') r->i++; /* lazy / possessive: the same language */
     sb_str(b, " ");
+    return empty || m == 0;
 }
 
-static void rx_seq(ctx *c, rx *r, sbuf *b) {
+/* A run of atoms; 1 when all of them can match nothing. */
+static int rx_seq(ctx *c, rx *r, sbuf *b) {
+    int empty = 1;
     while (!c->failed && r->s[r->i] && r->s[r->i] != '|' && r->s[r->i] != ')') {
-        if (r->s[r->i] == '^' || r->s[r->i] == '$') { fail(c, "anchors are supported only at the start and end", "pattern"); return; }
-        rx_atom(c, r, b);
+        if (r->s[r->i] == '^' || r->s[r->i] == '$') return fail(c, "anchors are supported only at the start and end", "pattern");
+        empty &= rx_atom(c, r, b) == 1;
         sb_str(b, " ");
     }
+    return empty;
 }
 
-static void rx_alt(ctx *c, rx *r, sbuf *b) {
+/* Alternatives; 1 when one of them can match nothing. */
+static int rx_alt(ctx *c, rx *r, sbuf *b) {
     sb_str(b, "(\"\" ");
-    rx_seq(c, r, b);
+    int empty = rx_seq(c, r, b) == 1;
     while (!c->failed && r->s[r->i] == '|') {
         r->i++;
         sb_str(b, ") | (\"\" ");
-        rx_seq(c, r, b);
+        empty |= rx_seq(c, r, b) == 1;
     }
     sb_str(b, ")");
+    return empty;
 }
 
 static void emit_pattern(ctx *c, const char *re, sbuf *b) {
