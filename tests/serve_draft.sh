@@ -36,6 +36,12 @@ for kind in plain draft; do
     ask $kind.s "$sampled"
     ask $kind.j "$constrained"
     budget "a thinking budget ($kind)"
+    # a grammar that reaches a dead end after its first token (it needs the end-of-sentence id,
+    # masked while it cannot end): with drafts the dead end comes in a verify's pick, and the
+    # reply ends there as it does without
+    req POST /v1/completions '{"prompt":"x","grammar":"root ::= \"a\" <[1]> \"b\"","max_tokens":8,"temperature":0}'
+    python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["choices"][0]; assert c["finish_reason"]=="grammar_dead_end" and c["text"]=="a", c' \
+        "$tmp/resp" && ok || bad "a dead end ($kind): $code $(head -c 300 "$tmp/resp")"
     req GET /metrics
     cp "$tmp/resp" "$tmp/$kind.metrics"
     stop
