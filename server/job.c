@@ -31,6 +31,7 @@ void job_free(job *j) {
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
     jb_free(&j->text);
     jb_free(&j->echo);
+    jb_free(&j->custom);
     dsv41_grammar_free(j->grammar);
     free(j->marks);
     free(j->ids);

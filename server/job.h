@@ -34,6 +34,8 @@ typedef struct job {
     int32_t trigger;          /* the token before which the reply is free (</think>), -1: none */
     jbuf echo;                /* the request's members its reply repeats (",\"key\":value"...), for
                                * the Responses API's response object */
+    jbuf custom;              /* the Responses API: the names of the request's custom tools, each
+                               * NUL-terminated (their calls come back as custom_tool_call items) */
     /* progress: written by the scheduler, read under the lock */
     jbuf text;                /* the reply: whole characters, cut before a stop string */
     size_t committed;         /* text[0, committed) is final: no stop string can take it back */

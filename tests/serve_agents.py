@@ -110,10 +110,22 @@ expect(events[-1]["type"] == "response.incomplete" and done and all(i["status"] 
 st, r = post("/v1/responses", dict(input="hi", max_output_tokens=3, temperature=0))
 expect(st == 200 and r["usage"]["output_tokens_details"]["reasoning_tokens"] == 0 and r["parallel_tool_calls"] is True
        and r["text"] == {"format": {"type": "text"}}, f"defaults: {r}")
-# Codex's custom apply_patch tool: a clear 400 that says what to do instead
-st, r = post("/v1/responses", dict(codex, tools=codex["tools"] + [{"type": "custom", "name": "apply_patch",
-                                   "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}]))
-expect(st == 400 and r["error"]["param"] == "tools" and "custom tools" in r["error"]["message"], f"a custom tool: {st} {r}")
+# Codex's custom apply_patch tool, its call and its output: the prompt is the one chat completions
+# renders for a function of one string parameter, input, called with that input
+patch = "*** Begin Patch\n*** Add File: a.txt\n+hi\n*** End Patch"
+custom = dict(codex, reasoning=None, tools=[{"type": "custom", "name": "apply_patch", "description": "Edit files",
+                                             "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}],
+              input=codex["input"] + [{"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": patch},
+                                      {"type": "custom_tool_call_output", "call_id": "c1", "output": "Done"}])
+st, r = post("/v1/responses", custom)
+expect(st == 200, f"a custom tool: {st} {r}")
+fn = {"name": "apply_patch", "description": "Edit files", "parameters": {"type": "object", "properties": {"input": {"type": "string"}},
+                                                                         "required": ["input"], "additionalProperties": False}}
+st, c = post("/v1/chat/completions", dict(max_tokens=1, temperature=0, tools=[{"type": "function", "function": fn}], messages=[
+    {"role": "system", "content": SYS}, {"role": "user", "content": "hi"},
+    {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "apply_patch", "arguments": json.dumps({"input": patch})}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "Done"}]))
+expect(r["usage"]["input_tokens"] == c["usage"]["prompt_tokens"], f"a custom tool's prompt: {r['usage']} vs chat completions' {c['usage']}")
 # stored responses do not exist here: a clear 400 naming the field
 st, r = post("/v1/responses", dict(codex, previous_response_id="resp_1"))
 expect(st == 400 and r["error"]["param"] == "previous_response_id", f"previous_response_id: {st} {r}")
