@@ -142,6 +142,10 @@ api("structured-messages", MSG, {"model": "m", "max_tokens": 64, "tools": [tool]
     "system": [{"type": "text", "text": "x-anthropic-billing-header: cc_version=1; cch=2;"}, {"type": "text", "text": "Be brief."}],
     "thinking": {"type": "adaptive"}, "output_config": {"effort": "high", "format": {"type": "json_schema", "schema": schema}},
     "messages": [{"role": "user", "content": "Hi"}, {"role": "system", "content": "Reminder."}]}, call[0])
+api("responses-custom", RESP + 4, {"model": "m", "stream": True, "tools": [{"type": "custom", "name": "apply_patch",
+    "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}], "input": [
+    {"role": "user", "content": "Patch"}, {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": "*** Begin Patch"},
+    {"type": "custom_tool_call_output", "call_id": "c1", "output": "Done"}]}, call[0].replace("get_weather", "apply_patch"))
 api("structured-responses", RESP, {"model": "m", "input": "Hi", "parallel_tool_calls": False, "store": False,
     "text": {"format": {"type": "json_schema", "name": "t", "schema": schema, "strict": True}}}, '{"a": 1}')
 api("tokenize", 2, {"content": "Hello <｜User｜> world \u00e9", "parse_special": True})
