@@ -659,7 +659,7 @@ static int flatten(parser *p, dsv41_grammar *g) {
         memset(map, 0xFF, sizeof map);
         int32_t n = 0;
         for (int b = 0; b < 256; b++) {
-            int in = gram_set_has(g, k, (uint8_t)b);
+            int in = grammar_set_has(g, k, (uint8_t)b);
             int16_t *m = &map[g->byte_class[b]][in];
             if (*m < 0) *m = (int16_t)n++;
             next[b] = (uint8_t)*m;
