@@ -415,7 +415,9 @@ enum {
 int dsv41_constraint_status(const dsv41_constraint *c);
 /* A dsv41_pick_fn (speculative decoding's pick) for a {constraint, sampler} pair: the
  * sampler's penalties, the mask, its draw, then accept; sets *last when the reply must end
- * (the grammar is done, a stop was picked). Fails (-1) when no token can continue. */
+ * (the grammar is done, a stop was picked). Fails (-1) when no token can continue. The token
+ * is always the draw from the fully masked logits (a greedy pick checks the argmax first, which
+ * is the same token), so a seed gives the same tokens with or without drafts. */
 typedef struct {
     dsv41_constraint *constraint;
     dsv41_sampler *sampler;

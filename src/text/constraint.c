@@ -255,7 +255,7 @@ static int32_t advance(dsv41_constraint *c, int32_t s, int32_t kind, int32_t b) 
     for (int32_t k = 0; k < c->st[s].n; k++) {
         const frame *f = &c->fr[c->tops[c->st[s].first + k]];
         gram_el e = c->g->el[f->pos];
-        int takes = e.kind == kind && (kind == G_TOKEN ? e.arg == b : gram_set_has(c->g, e.arg, (uint8_t)b));
+        int takes = e.kind == kind && (kind == G_TOKEN ? e.arg == b : grammar_set_has(c->g, e.arg, (uint8_t)b));
         if (takes && work_push(c, f->pos + 1, f->parent)) return UNKNOWN;
     }
     return closure(c);

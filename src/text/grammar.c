@@ -50,6 +50,8 @@ typedef struct {
     size_t n, i;
     prule *rules;    /* [n_rules] */
     int32_t n_rules, cap_rules;
+    int32_t *named;  /* [cap_named] open addressing over the rules a text names: a rule or -1 */
+    uint32_t cap_named, n_named;
     uint64_t (*sets)[4]; /* [n_sets] */
     int32_t n_sets, cap_sets;
     int64_t n_elements;
@@ -107,12 +109,39 @@ static int32_t rule_add(parser *p, const char *name, size_t len, const char *suf
     return p->n_rules++;
 }
 
+static uint32_t name_hash(const char *name, size_t len) {
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)name[i]) * 16777619u;
+    return h;
+}
+
 /* The rule named name [len], made (undefined) at its first mention. */
 static int32_t rule_find(parser *p, const char *name, size_t len) {
-    for (int32_t r = 0; r < p->n_rules; r++)
-        if (strlen(p->rules[r].name) == len && !memcmp(p->rules[r].name, name, len)) return r;
+    if (p->n_named * 2 >= p->cap_named) { /* grow the table and place every named rule again */
+        uint32_t cap = p->cap_named ? p->cap_named * 2 : 256;
+        int32_t *t = malloc((size_t)cap * sizeof *t);
+        if (!t) { fail_oom(p); return -1; }
+        memset(t, 0xFF, (size_t)cap * sizeof *t);
+        for (uint32_t k = 0; k < p->cap_named; k++) {
+            int32_t r = p->named[k];
+            if (r < 0) continue;
+            uint32_t h = name_hash(p->rules[r].name, strlen(p->rules[r].name)) & (cap - 1);
+            while (t[h] >= 0) h = (h + 1) & (cap - 1);
+            t[h] = r;
+        }
+        free(p->named);
+        p->named = t, p->cap_named = cap;
+    }
+    uint32_t m = p->cap_named - 1, h = name_hash(name, len) & m;
+    for (; p->named[h] >= 0; h = (h + 1) & m) {
+        const char *nm = p->rules[p->named[h]].name;
+        if (!strncmp(nm, name, len) && nm[len] == 0) return p->named[h];
+    }
     int32_t r = rule_add(p, name, len, "");
-    if (r >= 0) p->rules[r].used_at = p->i;
+    if (r < 0) return -1;
+    p->rules[r].used_at = p->i;
+    p->named[h] = r;
+    p->n_named++;
     return r;
 }
 
@@ -622,6 +651,7 @@ static void parser_free(parser *p) {
         free(p->rules[r].name);
     }
     free(p->rules);
+    free(p->named);
     free(p->sets);
 }
 
@@ -659,7 +689,7 @@ static int flatten(parser *p, dsv41_grammar *g) {
         memset(map, 0xFF, sizeof map);
         int32_t n = 0;
         for (int b = 0; b < 256; b++) {
-            int in = gram_set_has(g, k, (uint8_t)b);
+            int in = grammar_set_has(g, k, (uint8_t)b);
             int16_t *m = &map[g->byte_class[b]][in];
             if (*m < 0) *m = (int16_t)n++;
             next[b] = (uint8_t)*m;

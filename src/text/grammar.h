@@ -34,6 +34,6 @@ struct dsv41_grammar {
     const tokentrie *tt;/* the tokenizer's tokens as tries and plain-text bitmaps (the tokenizer's) */
 };
 
-static inline int gram_set_has(const dsv41_grammar *g, int32_t set, uint8_t b) { return (int)(g->sets[set][b >> 6] >> (b & 63) & 1); }
+static inline int grammar_set_has(const dsv41_grammar *g, int32_t set, uint8_t b) { return (int)(g->sets[set][b >> 6] >> (b & 63) & 1); }
 
 #endif

@@ -543,6 +543,28 @@ static void except_keys(ctx *c, sbuf *b, const char *const *keys, int n, size_t 
     free(cls.s);
 }
 
+/* A set of strings (the names of an object's properties): open addressing, sized once for at
+ * most cap / 2 of them, so that thousands of properties cost no quadratic scans. */
+typedef struct {
+    const char **slot; /* [cap] a name or NULL */
+    size_t cap;
+} strset;
+
+static size_t strset_hash(const char *k) {
+    size_t h = 14695981039346656037ULL & SIZE_MAX;
+    for (; *k; k++) h = (h ^ (unsigned char)*k) * (size_t)1099511628211ULL;
+    return h;
+}
+
+/* 1 when k is in the set; with add, puts it in when it is not (and returns 0). */
+static int strset_has(strset *s, const char *k, int add) {
+    size_t i = strset_hash(k) & (s->cap - 1);
+    for (; s->slot[i]; i = (i + 1) & (s->cap - 1))
+        if (!strcmp(s->slot[i], k)) return 1;
+    if (add) s->slot[i] = k;
+    return 0;
+}
+
 static int trivial(const json *s) { return (s->type == JSON_BOOL && s->num != 0) || (s->type == JSON_OBJ && s->len == 0); }
 
 /* What the members of v say of key k (NULL: of a key none of them names): the one schema that
@@ -581,7 +603,14 @@ static void emit_object(ctx *c, const view *v, sbuf *b) {
     }
     const char **name = malloc(cap * sizeof *name);
     int *rule = malloc(cap * sizeof *rule), *is_req = calloc(cap, sizeof *is_req);
-    if (!name || !rule || !is_req) { c->failed = 1, set_error("out of memory"); goto out; }
+    size_t set_cap = 16;
+    while (set_cap < 2 * cap) set_cap *= 2;
+    strset req = {calloc(set_cap, sizeof(char *)), set_cap}, seen = {calloc(set_cap, sizeof(char *)), set_cap};
+    if (!name || !rule || !is_req || !req.slot || !seen.slot) { c->failed = 1, set_error("out of memory"); goto out; }
+    for (int i = 0; i < v->n; i++) {
+        const json *r = v->s[i]->type == JSON_OBJ ? json_get(v->s[i], "required") : NULL;
+        for (size_t j = 0; r && j < r->len; j++) strset_has(&req, r->items[j].str, 1);
+    }
     /* required ones in the order of properties, then required ones none lists, then the optional ones */
     size_t n = 0;
     for (int pass = 0; pass < 3; pass++)
@@ -590,13 +619,8 @@ static void emit_object(ctx *c, const view *v, sbuf *b) {
             const json *list = json_get(v->s[i], pass == 1 ? "required" : "properties");
             for (size_t j = 0; list && j < list->len; j++) {
                 const char *k = pass == 1 ? list->items[j].str : list->keys[j];
-                int in_req = pass == 1, dup = 0;
-                for (int m = 0; m < v->n && !in_req; m++) {
-                    const json *r = v->s[m]->type == JSON_OBJ ? json_get(v->s[m], "required") : NULL;
-                    for (size_t q = 0; r && q < r->len && !in_req; q++) in_req = !strcmp(r->items[q].str, k);
-                }
-                for (size_t q = 0; q < n; q++) dup |= !strcmp(name[q], k);
-                if (!dup && in_req == (pass < 2)) name[n] = k, is_req[n++] = in_req;
+                int in_req = pass == 1 || strset_has(&req, k, 0);
+                if (in_req == (pass < 2) && !strset_has(&seen, k, 1)) name[n] = k, is_req[n++] = in_req;
             }
         }
     size_t kept = 0;
@@ -657,19 +681,22 @@ static void emit_object(ctx *c, const view *v, sbuf *b) {
     sb_str(b, "\"{\" ");
     base_name(c, b, B_WS, "ws");
     sb_str(b, " ");
-    /* optional tail from property i on, each with its leading separator: (sep kv_i)? ... (sep add)* */
-    sbuf tail = {0};
-    for (size_t i = n_req; i < n; i++) {
-        sb_str(&tail, "(");
-        sep(c, &tail, ",");
-        sb_put(&tail, kv[i].s, kv[i].n);
-        sb_str(&tail, ")? ");
-    }
-    if (add_rule >= 0) {
-        sb_str(&tail, "(");
-        sep(c, &tail, ",");
-        sb_put(&tail, kv[n].s, kv[n].n);
-        sb_str(&tail, ")*");
+    /* the optional tail from property i on, a rule each so the text stays linear in the
+     * properties: T_i ::= (sep kv_i)? T_(i+1), and T_n ::= (sep add)* or nothing */
+    int tail = c->n_rules;
+    c->n_rules += (int)(n - n_req) + 1;
+    for (size_t i = n_req; i <= n; i++) {
+        rule_name(c, &c->out, tail + (int)(i - n_req));
+        sb_str(&c->out, " ::= ");
+        if (i < n || add_rule >= 0) {
+            sb_str(&c->out, "(");
+            sep(c, &c->out, ",");
+            sb_put(&c->out, kv[i].s, kv[i].n);
+            sb_str(&c->out, i < n ? ")? " : ")*");
+        }
+        if (i < n) rule_name(c, &c->out, tail + (int)(i - n_req) + 1);
+        else if (add_rule < 0) sb_str(&c->out, "\"\"");
+        sb_str(&c->out, "\n");
     }
     if (n_req > 0) {
         for (size_t i = 0; i < n_req; i++) {
@@ -677,34 +704,15 @@ static void emit_object(ctx *c, const view *v, sbuf *b) {
             sb_put(b, kv[i].s, kv[i].n);
         }
         sb_str(b, " ");
-        sb_put(b, tail.s, tail.n);
+        rule_name(c, b, tail);
     } else if (n > 0 || add_rule >= 0) {
         /* no required key: the first key written is any of them, the later ones follow it in order */
         sb_str(b, "(");
-        for (size_t i = 0; i <= n; i++) {
-            if (i == n && add_rule < 0) break;
+        for (size_t i = 0; i < n + (add_rule >= 0); i++) {
             sb_str(b, i ? " | " : "");
             sb_put(b, kv[i].s, kv[i].n);
             sb_str(b, " ");
-            if (i == n) { /* more additional keys */
-                sb_str(b, "(");
-                sep(c, b, ",");
-                sb_put(b, kv[n].s, kv[n].n);
-                sb_str(b, ")*");
-                continue;
-            }
-            for (size_t j = i + 1; j < n; j++) {
-                sb_str(b, "(");
-                sep(c, b, ",");
-                sb_put(b, kv[j].s, kv[j].n);
-                sb_str(b, ")? ");
-            }
-            if (add_rule >= 0) {
-                sb_str(b, "(");
-                sep(c, b, ",");
-                sb_put(b, kv[n].s, kv[n].n);
-                sb_str(b, ")*");
-            }
+            rule_name(c, b, tail + (int)(i < n ? i + 1 : n));
         }
         sb_str(b, ")?");
     }
@@ -714,11 +722,12 @@ static void emit_object(ctx *c, const view *v, sbuf *b) {
     for (size_t i = 0; i <= n; i++) free(kv[i].s);
     free(kv);
     free(key.s);
-    free(tail.s);
 out:
     free(name);
     free(rule);
     free(is_req);
+    free(req.slot);
+    free(seen.slot);
 }
 
 /* ---- $ref */
