@@ -124,7 +124,7 @@ $(BUILD)/test_oom: tests/test_oom.c tests/testing.h $(BUILD)/libdsv41_internal.a
 	$(CC) $(CFLAGS) $(LIB_INC) $< $(BUILD)/libdsv41_internal.a $(LDLIBS) $(OOM_WRAP) -o $@
 
 # the server's reply shapes on replies the test writes (no model, no socket): its API sources
-SERVER_API_SRC = server/api.c server/anthropic.c server/responses.c server/jbuf.c server/job.c server/sched.c
+SERVER_API_SRC = server/api.c server/anthropic.c server/responses.c server/structured.c server/jbuf.c server/job.c server/sched.c
 
 $(BUILD)/test_server: tests/test_server.c tests/testing.h $(SERVER_API_SRC) $(wildcard server/*.h) $(BUILD)/libdsv41_internal.a
 	$(CC) $(CFLAGS) -iquote server $< $(SERVER_API_SRC) $(BUILD)/libdsv41_internal.a $(LDLIBS) -o $@
@@ -177,10 +177,10 @@ build/aarch64:
 
 # tests/run.sh starts them in this order, the longest first (neon.sh runs under qemu on one CPU),
 # so that its lanes finish together
-TEST_SCRIPTS = tests/cli.sh tests/cli_text.sh tests/cli_chat.sh tests/cli_input.sh tests/cli_guard.sh tests/layers.sh tests/serve.sh \
-               tests/serve_text.sh tests/serve_slots.sh tests/serve_long.sh tests/serve_draft.sh tests/load.sh tests/python.sh tests/install.sh tests/readme.sh tests/runner.sh tests/links.sh
+TEST_SCRIPTS = tests/serve_structured.sh tests/cli.sh tests/cli_text.sh tests/cli_chat.sh tests/cli_structured.sh tests/cli_input.sh tests/cli_guard.sh tests/layers.sh tests/serve.sh \
+               tests/serve_text.sh tests/serve_agents.sh tests/serve_slots.sh tests/serve_long.sh tests/serve_draft.sh tests/load.sh tests/python.sh tests/install.sh tests/readme.sh tests/runner.sh tests/links.sh
 
-# The npm packages the server's tests drive it with (openai, @anthropic-ai/sdk, puppeteer-core)
+# The npm packages the server's tests drive it with (openai, @anthropic-ai/sdk, zod, puppeteer-core)
 # are the tests' own: installed from the lock file into the ignored tests/node/node_modules when
 # missing or older than the lock, so that `make test` needs nothing the README's first line does
 # not install. Without npm the server tests that need them say so and fail.
@@ -248,7 +248,7 @@ build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h build/fuzz/libdsv41.a
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(LIB_INC) -fsanitize=fuzzer $< build/fuzz/libdsv41.a $(LDLIBS) -o $@
 
 # the server's API layer and its jobs take requests and replies without HTTP or a scheduler
-FUZZ_API_SRC = server/api.c server/anthropic.c server/responses.c server/jbuf.c server/job.c
+FUZZ_API_SRC = server/api.c server/anthropic.c server/responses.c server/structured.c server/jbuf.c server/job.c
 
 build/fuzz/fuzz_api: tests/fuzz/fuzz_api.c tests/fuzz/fuzz.h $(FUZZ_API_SRC) $(wildcard server/*.h) build/fuzz/libdsv41.a
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -iquote server -fsanitize=fuzzer $< $(FUZZ_API_SRC) build/fuzz/libdsv41.a $(LDLIBS) -o $@

@@ -40,6 +40,8 @@ typedef struct {
     float *logits;        /* [V] of the last token a prompt or a plain step fed: what the next pick reads */
     int32_t *hist;        /* [ctx] every token fed, for the penalties */
     int32_t V, eos, ctx;
+    dsv41_grammar *grammar; /* --json-schema / --grammar: what every reply follows, or NULL */
+    int32_t think_end;      /* the token after which a thinking reply's answer starts (the grammar's trigger), or -1 */
     int32_t prompt_tokens, gen_tokens;
     double prompt_s, gen_s;
 } chat_state;
@@ -81,6 +83,7 @@ typedef struct {
     int64_t taken, limit;       /* tokens in the reply; the most it takes */
     int end;                    /* TAKE_* of the token that ended it; TAKE_ON while it goes on */
     int eos;                    /* it ended with EOS */
+    dsv41_constrained_pick cp;  /* the reply's constraint (NULL without a grammar) and the sampler */
 } reply_state;
 
 /* What a picked token does to the reply: it goes on; it ends without the token (EOS, or no room
@@ -127,10 +130,37 @@ static int take(reply_state *r, int32_t tok, int32_t pos) {
  * exactly what one-token decoding feeds. */
 static int32_t pick(void *ctx, float *logits, const int32_t *history, int32_t n, int *last) {
     reply_state *r = ctx;
-    int32_t tok = dsv41_sample_pick(r->c->smp, logits, history, n, NULL);
+    int done = 0; /* a grammar that is complete with nothing to follow ends the reply after this token */
+    int32_t tok = r->cp.constraint ? dsv41_constraint_pick(&r->cp, logits, history, n, &done)
+                                   : dsv41_sample_pick(r->c->smp, logits, history, n, NULL);
     if (tok < 0 || (r->end = take(r, tok, n)) == TAKE_ERROR) return -1;
+    if (done && r->end == TAKE_ON) r->end = TAKE_FEED;
     *last = r->end != TAKE_ON;
     return tok;
+}
+
+/* One speculative round of a reply under a grammar: dsv41_session_speculate's round, with the
+ * block cut before the first draft the grammar forbids. No pick could keep that draft, so
+ * verifying its rows (and those after it) would cost forward work for nothing; the tokens are
+ * the same either way. next is the token picked from the session's last logits (not fed);
+ * returns the token picked after the round's last kept row (not fed), or -1. */
+static int32_t round_constrained(chat_state *c, reply_state *r, int32_t next, int32_t nd, dsv41_draft_policy *policy) {
+    int32_t ids[65], proposed, kept = -1, after = -1, pos = dsv41_session_pos(c->s); /* --draft is at most 64 */
+    int32_t n = dsv41_session_propose(c->s, next, nd, policy, ids, &proposed);
+    if (n < 0) return -1;
+    n = 1 + dsv41_constraint_drafts(r->cp.constraint, ids + 1, n - 1);
+    if (n > 1 && (kept = dsv41_session_verify(c->s, ids, n, pick, r, &after)) < 0) {
+        if (dsv41_session_pos(c->s) != pos) return -1; /* a pick failed after the verify moved the session */
+        proposed = 0;
+    }
+    if (kept < 0) { /* no block to verify: the anchor alone, then the pick from its logits */
+        int last = 0;
+        if (dsv41_session_forward(c->s, &next, 1, c->logits, NULL)) return -1;
+        if ((after = pick(r, c->logits, c->hist, dsv41_session_pos(c->s), &last)) < 0) return -1;
+        kept = 0;
+    }
+    dsv41_draft_policy_record(policy, proposed, kept);
+    return after;
 }
 
 /* Samples until EOS, a stop string, the limit, the context or Ctrl-C; streams the text. With
@@ -138,9 +168,11 @@ static int32_t pick(void *ctx, float *logits, const int32_t *history, int32_t n,
  * with EOS (which is not fed: the next turn's text closes the reply), 0 when it was cut, -1 on
  * error. */
 static int reply(chat_state *c, const gen_opts *o) {
-    reply_state r = {.c = c, .o = o, .limit = o->n_new >= 0 ? o->n_new : (int64_t)c->ctx};
+    reply_state r = {.c = c, .o = o, .limit = o->n_new >= 0 ? o->n_new : (int64_t)c->ctx, .cp = {NULL, c->smp}};
     int32_t *out = o->draft ? malloc((size_t)(o->draft + 1) * sizeof *out) : NULL, next = -1; /* next: picked, not fed */
     int rc = o->draft && !out ? fail("out of memory") : 0, last = 0;
+    if (rc == 0 && c->grammar && !(r.cp.constraint = dsv41_constraint_new(c->grammar, &c->eos, c->eos >= 0, c->think_end)))
+        rc = fail(dsv41_error());
     dsv41_draft_policy policy = o->policy; /* each reply starts without a pause */
     double t0 = now_s();
     while (rc == 0) {
@@ -155,6 +187,13 @@ static int reply(chat_state *c, const gen_opts *o) {
         int64_t nd = r.end == TAKE_ON ? o->draft : 0;
         nd = nd < r.limit - r.taken ? nd : r.limit - r.taken;
         nd = nd < c->ctx - pos - 2 ? nd : c->ctx - pos - 2;
+        if (nd > 0 && r.cp.constraint) { /* the same, with the block cut to what the grammar allows */
+            if ((next = round_constrained(c, &r, next, (int32_t)nd, &policy)) < 0) {
+                rc = r.end == TAKE_ERROR ? fail("out of memory") : fail(dsv41_error());
+                break;
+            }
+            continue;
+        }
         if (nd > 0) { /* feeds next and the drafts kept; picks the token after them */
             int32_t got = dsv41_session_speculate(c->s, next, (int32_t)nd, &policy, pick, &r, out, NULL);
             if (got < 0) { rc = r.end == TAKE_ERROR ? fail("out of memory") : fail(dsv41_error()); break; }
@@ -168,6 +207,7 @@ static int reply(chat_state *c, const gen_opts *o) {
         if (r.end != TAKE_ON) break;
     }
     free(out);
+    dsv41_constraint_free(r.cp.constraint);
     if (rc) { free(r.text); return -1; }
     if (r.len > r.printed) fwrite(r.text + r.printed, 1, r.len - r.printed, stdout); /* what could have begun a stop string */
     if (r.st.n > 0) fputs("\xEF\xBF\xBD", stdout); /* a character the reply cut */
@@ -184,12 +224,38 @@ static void stats(const chat_state *c) {
             c->gen_s > 0 ? c->gen_tokens / c->gen_s : 0.0);
 }
 
+static char *read_file(const char *path);
+
+/* The grammar of --grammar FILE, or of the JSON Schema in --json-schema FILE; NULL after a
+ * one-line message (the file, or the problem and where it is). */
+static dsv41_grammar *load_grammar(const dsv41_tokenizer *tk, const gen_opts *o) {
+    const char *path = o->grammar ? o->grammar : o->json_schema;
+    char *text = read_file(path), *gtext = NULL;
+    if (!text) return NULL;
+    if (o->json_schema && !(gtext = dsv41_schema_grammar(text, strlen(text), NULL))) {
+        fprintf(stderr, "dsv41: %s: %s\n", path, dsv41_error());
+        free(text);
+        return NULL;
+    }
+    const char *g = gtext ? gtext : text;
+    dsv41_grammar *gr = dsv41_grammar_new(tk, g, strlen(g));
+    if (!gr) fprintf(stderr, "dsv41: %s: %s\n", path, dsv41_error());
+    free(text);
+    free(gtext);
+    return gr;
+}
+
 static int open_chat(chat_state *c, const gen_opts *o) {
     memset(c, 0, sizeof *c);
     progress_on();
+    /* the tokenizer and a grammar first: a bad schema fails before minutes of loading */
+    if (!(c->tk = dsv41_tokenizer_load_dir(o->dir))) return fail(dsv41_error());
+    c->eos = dsv41_tokenizer_eos(c->tk);
+    c->think_end = o->effort > 0 ? dsv41_tokenizer_find(c->tk, "</think>") : -1;
+    if ((o->json_schema || o->grammar) && !(c->grammar = load_grammar(c->tk, o))) return 1;
     c->m = dsv41_model_load(o->dir);
     dsv41_set_progress(NULL, NULL);
-    if (!c->m || !(c->tk = dsv41_tokenizer_load_dir(o->dir))) return fail(dsv41_error());
+    if (!c->m) return fail(dsv41_error());
     c->V = dsv41_model_vocab_size(c->m);
     if (dsv41_tokenizer_n_vocab(c->tk) > c->V) {
         fprintf(stderr, "dsv41: %s/tokenizer.json has %d tokens but the model only %d\n", o->dir,
@@ -198,7 +264,6 @@ static int open_chat(chat_state *c, const gen_opts *o) {
     }
     c->ctx = dsv41_model_max_seq_len(c->m);
     if (o->ctx && o->ctx < c->ctx) c->ctx = o->ctx;
-    c->eos = dsv41_tokenizer_eos(c->tk);
     c->logits = malloc((size_t)c->V * sizeof *c->logits);
     c->hist = malloc((size_t)c->ctx * sizeof *c->hist);
     if (!(c->smp = dsv41_sampler_new(&o->sp, c->V))) return fail(dsv41_error());
@@ -209,6 +274,7 @@ static int open_chat(chat_state *c, const gen_opts *o) {
 
 static void close_chat(chat_state *c) {
     cli_cancel_target(NULL);
+    dsv41_grammar_free(c->grammar);
     free(c->logits);
     free(c->hist);
     dsv41_sampler_free(c->smp);

@@ -26,6 +26,8 @@ typedef struct {
     int special;               /* --special: show special tokens */
     int32_t draft;             /* --draft N: drafts per speculative block (run --ids), 0: off */
     dsv41_draft_policy policy; /* --draft-p-min: which drafts a round verifies, when it drafts */
+    const char *json_schema;   /* --json-schema FILE: every reply is JSON under this schema */
+    const char *grammar;       /* --grammar FILE: every reply follows this grammar */
 } gen_opts;
 
 /* Parses run's (chat = 0) or chat's flags into o; returns -1 to go on, else the exit status. */

@@ -57,6 +57,10 @@ int gen_parse(int chat, int argc, char **argv, gen_opts *o) {
     t[n++] = (cli_opt){"--think", "low|high|max|N", OPT_STR, &o->think, 0, 0, NULL, "off: chat mode", "thinking mode at this effort"};
     t[n++] = (cli_opt){"--system", "TEXT", OPT_STR, &o->system, 0, 0, NULL, NULL, "a system message first"};
     t[n++] = (cli_opt){"--stop", "STR", OPT_LIST, &o->stops, 0, 0, NULL, NULL, "end the reply at STR (up to 8 times)"};
+    t[n++] = (cli_opt){"-j|--json-schema", "FILE", OPT_STR, &o->json_schema, 0, 0, NULL, NULL,
+                       "the reply is JSON valid under the JSON Schema in FILE (after the thinking with --think)"};
+    t[n++] = (cli_opt){"--grammar", "FILE", OPT_STR, &o->grammar, 0, 0, NULL, NULL,
+                       "the reply follows the grammar in FILE (docs/STRUCTURED_OUTPUT.md; after the thinking with --think)"};
     t[n++] = (cli_opt){"--special", NULL, OPT_FLAG, &o->special, 0, 0, NULL, "hidden", "print the reply's special tokens"};
     t[n++] = (cli_opt)OPT_DRAFT(&o->draft);
     t[n++] = (cli_opt)OPT_DRAFT_P_MIN(&o->policy.p_min);
@@ -83,6 +87,14 @@ int gen_parse(int chat, int argc, char **argv, gen_opts *o) {
     }
     if (o->think && (o->effort = effort_of(o->think)) < 0) {
         fprintf(stderr, "dsv41: %s: --think wants low, high, max or an effort from 1 to 100, not '%s'\n", cmd.name, o->think);
+        return 2;
+    }
+    if (o->json_schema && o->grammar) {
+        fprintf(stderr, "dsv41: %s: give --json-schema or --grammar, not both\n", cmd.name);
+        return 2;
+    }
+    if (o->ids && (o->json_schema || o->grammar)) {
+        fprintf(stderr, "dsv41: run: --json-schema and --grammar need a text prompt (-p or -f), not --ids\n");
         return 2;
     }
     if (o->ids && !o->temp_given) o->sp.temperature = 0.0f;

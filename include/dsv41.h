@@ -368,6 +368,62 @@ void dsv41_chat_reply_parts(const char *text, size_t len, int flags, dsv41_reply
  * the block is malformed or holds no complete call. */
 char *dsv41_chat_reply_calls(const char *text, size_t len);
 
+/* ---- constrained decoding: replies that follow a grammar or a JSON Schema
+ * (docs/STRUCTURED_OUTPUT.md: the grammar form, the schema subset, the cost, the limits) */
+/* A grammar compiled for one tokenizer: read-only, so any number of threads and constraints
+ * may share it. The tokenizer must outlive it. */
+typedef struct dsv41_grammar dsv41_grammar;
+/* One reply's state under a grammar (a cursor and its caches): one thread at a time. */
+typedef struct dsv41_constraint dsv41_constraint;
+/* Compiles grammar text (the GBNF-like form of docs/STRUCTURED_OUTPUT.md; start rule "root")
+ * for tokenizer t. NULL with dsv41_error() naming the line:column and the problem. Text size,
+ * rules, repetitions and elements are bounded (documented limits). */
+dsv41_grammar *dsv41_grammar_new(const dsv41_tokenizer *t, const char *text, size_t len);
+/* The grammar text of a JSON Schema (JSON text; {} or true: any JSON value), its rules named
+ * with prefix ("args-" gives the start rule "args-root"; NULL or "": "root"), so that a caller
+ * can embed it in a larger grammar. malloc'd NUL-terminated text; NULL with dsv41_error()
+ * naming the unsupported keyword or bad value and its JSON pointer. */
+char *dsv41_schema_grammar(const char *schema, size_t len, const char *prefix);
+void dsv41_grammar_free(dsv41_grammar *g);
+/* A reply's constraint. stop [n_stop]: ids that end the reply (EOS, the chat's end of turn):
+ * masked until the grammar can end, and the only tokens allowed once it is complete with no
+ * continuation. trigger: -1 = constrained from the first token; else a token id (</think>)
+ * before which the reply is free (only the stops are masked, so a reply cannot end inside the
+ * free part) and after which the grammar applies. NULL with dsv41_error() on a bad argument. */
+dsv41_constraint *dsv41_constraint_new(const dsv41_grammar *g, const int32_t *stop, int32_t n_stop, int32_t trigger);
+void dsv41_constraint_free(dsv41_constraint *c);
+/* Makes dst (a constraint of the same grammar) stand where src stands; 0, or -1 with
+ * dsv41_error(). */
+int dsv41_constraint_copy(dsv41_constraint *dst, const dsv41_constraint *src);
+/* Sets logits[id] = -INFINITY for every id of [vocab_size] the grammar forbids now; returns
+ * how many stay allowed (0: no token can continue, or a limit was reached (dsv41_error() says
+ * which): the caller ends the reply with a clear finish reason). */
+int32_t dsv41_constraint_mask(dsv41_constraint *c, float *logits, int32_t vocab_size);
+/* 1 when id is allowed now, 0 when not. */
+int dsv41_constraint_allows(dsv41_constraint *c, int32_t id);
+/* Advances by id: 0, or -1 with dsv41_error() when id is not allowed (the state unchanged). */
+int dsv41_constraint_accept(dsv41_constraint *c, int32_t id);
+/* How many of drafts [n] (the tokens proposed after those accepted) the grammar allows in a
+ * row: a speculative block is cut before the first it forbids, which no pick could keep. c is
+ * not changed. */
+int32_t dsv41_constraint_drafts(dsv41_constraint *c, const int32_t *drafts, int32_t n);
+enum {
+    DSV41_CONSTRAINT_OPEN = 0,    /* incomplete: the reply must go on */
+    DSV41_CONSTRAINT_CAN_END = 1, /* complete, and it may go on */
+    DSV41_CONSTRAINT_DONE = 2     /* complete, nothing can follow (or a stop was accepted): end the reply */
+};
+int dsv41_constraint_status(const dsv41_constraint *c);
+/* A dsv41_pick_fn (speculative decoding's pick) for a {constraint, sampler} pair: the
+ * sampler's penalties, the mask, its draw, then accept; sets *last when the reply must end
+ * (the grammar is done, a stop was picked). Fails (-1) when no token can continue. The token
+ * is always the draw from the fully masked logits (a greedy pick checks the argmax first, which
+ * is the same token), so a seed gives the same tokens with or without drafts. */
+typedef struct {
+    dsv41_constraint *constraint;
+    dsv41_sampler *sampler;
+} dsv41_constrained_pick;
+int32_t dsv41_constraint_pick(void *ctx /* dsv41_constrained_pick * */, float *logits, const int32_t *history, int32_t n, int *last);
+
 /* ---- JSON reading (the library's own parser, for programs that take JSON requests) */
 typedef struct dsv41_json dsv41_json;
 typedef enum { DSV41_JSON_NULL, DSV41_JSON_BOOL, DSV41_JSON_NUM, DSV41_JSON_STR, DSV41_JSON_ARR, DSV41_JSON_OBJ } dsv41_json_type;

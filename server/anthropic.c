@@ -93,24 +93,70 @@ static int put_assistant(jbuf *o, const dsv41_json *content, jbuf *err) {
     return rc;
 }
 
-/* system and messages as chat completions' messages array. */
+/* Claude Code's first system block, "x-anthropic-billing-header: cc_version=...; cch=...", is
+ * different in every request: rendered, it would make each prompt differ from the last one
+ * within its first tokens, and no slot's cache could serve a second turn. It says nothing to
+ * the model, so it is left out (as llama.cpp's server does). */
+static const char billing_header[] = "x-anthropic-billing-header:";
+
+static int is_billing_block(const dsv41_json *b) {
+    const char *text = dsv41_json_str(dsv41_json_get(b, "text"));
+    return text && !strncmp(text, billing_header, sizeof billing_header - 1);
+}
+
+/* The system prompt as one system message's content: a string, or its text blocks joined,
+ * without the billing header. Nothing is written when nothing is left; 0, or a 400. */
+static int put_system(jbuf *o, const dsv41_json *sys, int *first, jbuf *err) {
+    static const char what[] = "'system' must be a string or an array of text blocks";
+    jbuf kept = {0};
+    dsv41_json *blocks = NULL;
+    if (dsv41_json_type_of(sys) == DSV41_JSON_ARR) {
+        jb_puts(&kept, "[");
+        for (size_t i = 0, n = 0; i < dsv41_json_len(sys); i++) {
+            if (is_billing_block(dsv41_json_at(sys, i))) continue;
+            jb_puts(&kept, n++ ? "," : "");
+            jb_value(&kept, dsv41_json_at(sys, i));
+        }
+        jb_puts(&kept, "]");
+        if (kept.oom || !(blocks = dsv41_json_parse(kept.p, kept.n))) return jb_free(&kept), api_error(err, 500, NULL, "out of memory");
+        jb_free(&kept);
+        sys = blocks;
+    }
+    int rc = 0;
+    if (dsv41_json_type_of(sys) != DSV41_JSON_NULL && !(blocks && !dsv41_json_len(blocks))) {
+        jb_puts(o, "{\"role\":\"system\",\"content\":");
+        rc = put_text(o, sys) ? api_bad(err, "system", what) : 0;
+        jb_puts(o, "}");
+        *first = 0;
+    }
+    dsv41_json_free(blocks);
+    return rc;
+}
+
+/* system and messages as chat completions' messages array. A system message among the
+ * messages (Claude Code sends its reminders so) stays where it stands: the V4.1 template renders
+ * a system turn after the first as <｜System｜> and its text at that place. */
 static int put_messages(jbuf *o, const dsv41_json *root, jbuf *err) {
-    const dsv41_json *sys = dsv41_json_get(root, "system"), *msgs = dsv41_json_get(root, "messages");
+    const dsv41_json *msgs = dsv41_json_get(root, "messages");
     if (dsv41_json_type_of(msgs) != DSV41_JSON_ARR || !dsv41_json_len(msgs))
         return api_bad(err, "messages", "'messages' must be a non-empty array of messages");
     int first = 1;
     jb_puts(o, "\"messages\":[");
-    if (dsv41_json_type_of(sys) != DSV41_JSON_NULL) {
-        jb_puts(o, "{\"role\":\"system\",\"content\":");
-        if (put_text(o, sys)) return api_bad(err, "system", "'system' must be a string or an array of text blocks");
-        jb_puts(o, "}");
-        first = 0;
-    }
+    int rc = put_system(o, dsv41_json_get(root, "system"), &first, err);
+    if (rc) return rc;
     for (size_t i = 0; i < dsv41_json_len(msgs); i++) {
         const dsv41_json *m = dsv41_json_at(msgs, i), *content = dsv41_json_get(m, "content");
         const char *role = dsv41_json_str(dsv41_json_get(m, "role"));
         int user = role && !strcmp(role, "user");
-        if (!user && (!role || strcmp(role, "assistant"))) return api_bad(err, "messages", "each message's role must be user or assistant");
+        if (role && !strcmp(role, "system")) {
+            jb_puts(o, first ? "{\"role\":\"system\",\"content\":" : ",{\"role\":\"system\",\"content\":");
+            if (put_text(o, content)) return api_bad(err, "messages", "a system message's content must be a string or text blocks");
+            jb_puts(o, "}");
+            first = 0;
+            continue;
+        }
+        if (!user && (!role || strcmp(role, "assistant")))
+            return api_bad(err, "messages", "each message's role must be user, assistant or system");
         if (is_str(content)) {
             jb_printf(o, "%s{\"role\":\"%s\",\"content\":", first ? "" : ",", role);
             jb_value(o, content);
@@ -153,6 +199,7 @@ static int put_tools(jbuf *o, const dsv41_json *root, jbuf *err) {
         }
         jb_puts(o, ",\"parameters\":");
         jb_value(o, schema);
+        api_copy_keys(o, t, (const char *const[]){"strict", NULL});
         jb_puts(o, "}}");
     }
     jb_puts(o, "]");
@@ -167,6 +214,24 @@ static int put_tools(jbuf *o, const dsv41_json *root, jbuf *err) {
         jb_puts(o, "}}");
     } else
         return api_bad(err, "tool_choice", "'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"none\"} or {\"type\": \"tool\", \"name\"}");
+    /* one call at most (auto), exactly one (any, tool): the grammar's calls block holds one */
+    if (dsv41_json_num(dsv41_json_get(choice, "disable_parallel_tool_use"), NULL) != 0) jb_puts(o, ",\"parallel_tool_calls\":false");
+    return 0;
+}
+
+/* output_config.format (or the beta's output_format): {"type": "json_schema", "schema"} as
+ * chat completions' response_format, which holds the answer to the schema. */
+static int put_format(jbuf *o, const dsv41_json *root, jbuf *err) {
+    const dsv41_json *format = dsv41_json_get(dsv41_json_get(root, "output_config"), "format");
+    const char *param = "output_config.format";
+    if (dsv41_json_type_of(format) == DSV41_JSON_NULL) format = dsv41_json_get(root, "output_format"), param = "output_format";
+    if (dsv41_json_type_of(format) == DSV41_JSON_NULL) return 0;
+    const dsv41_json *schema = dsv41_json_get(format, "schema");
+    if (!is_str(dsv41_json_get(format, "type")) || strcmp(type_of(format), "json_schema") || dsv41_json_type_of(schema) != DSV41_JSON_OBJ)
+        return api_error(err, 400, param, "'%s' must be {\"type\": \"json_schema\", \"schema\": {...}}", param);
+    jb_puts(o, ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"output\",\"strict\":true,\"schema\":");
+    jb_value(o, schema);
+    jb_puts(o, "}}");
     return 0;
 }
 
@@ -196,15 +261,27 @@ static int translate(const dsv41_json *root, int count, jbuf *o, int32_t *budget
     if (dsv41_json_type_of(stops) != DSV41_JSON_NULL && dsv41_json_type_of(stops) != DSV41_JSON_ARR)
         return api_bad(err, "stop_sequences", "'stop_sequences' must be an array of strings");
     const char *think = dsv41_json_str(dsv41_json_get(thinking, "type"));
-    if (dsv41_json_type_of(thinking) != DSV41_JSON_NULL && (!think || (strcmp(think, "enabled") && strcmp(think, "disabled"))))
-        return api_bad(err, "thinking", "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}");
+    if (dsv41_json_type_of(thinking) != DSV41_JSON_NULL &&
+        (!think || (strcmp(think, "enabled") && strcmp(think, "disabled") && strcmp(think, "adaptive"))))
+        return api_bad(err, "thinking", "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N}, {\"type\": \"adaptive\"} or {\"type\": \"disabled\"}");
+    /* adaptive thinking leaves the reasoning's length to the model: thinking mode, no budget */
+    int on = think && strcmp(think, "disabled");
+    const dsv41_json *config = dsv41_json_get(root, "output_config"), *effort = dsv41_json_get(config, "effort");
+    if (dsv41_json_type_of(config) != DSV41_JSON_NULL && dsv41_json_type_of(config) != DSV41_JSON_OBJ)
+        return api_bad(err, "output_config", "'output_config' must be an object");
     *budget = 0;
     int rc = think && !strcmp(think, "enabled") ? get_budget(thinking, max, budget, err) : 0;
     if (rc) return rc;
     jb_puts(o, "{");
     rc = put_messages(o, root, err);
-    if (rc || (rc = put_tools(o, root, err))) return rc;
-    if (think) jb_printf(o, ",\"thinking\":{\"type\":\"%s\"}", think);
+    if (rc || (rc = put_tools(o, root, err)) || (rc = put_format(o, root, err))) return rc;
+    jb_printf(o, ",\"thinking\":{\"type\":\"%s\"}", on ? "enabled" : "disabled");
+    /* the effort sets the V4.1 template's reasoning effort; without thinking there is no reasoning
+     * for it to set, and it is ignored */
+    if (on && dsv41_json_type_of(effort) != DSV41_JSON_NULL) {
+        jb_puts(o, ",\"reasoning_effort\":");
+        jb_value(o, effort);
+    }
     if (stops) {
         jb_puts(o, ",\"stop\":");
         jb_value(o, stops);
@@ -253,7 +330,7 @@ int anthropic_count_tokens(server *sv, const char *body, size_t n, jbuf *out) {
 
 static const char *stop_reason(const gen *g, const reply_split *r) {
     if (r->calls) return "tool_use";
-    return g->job->end == END_LENGTH ? "max_tokens" : api_stop_hit(g) ? "stop_sequence" : "end_turn";
+    return g->job->end == END_LENGTH ? "max_tokens" : g->job->end == END_DEAD ? "grammar_dead_end" : api_stop_hit(g) ? "stop_sequence" : "end_turn";
 }
 
 /* input_tokens counts what was computed: Anthropic's total input is it plus the cached part. */

@@ -169,6 +169,42 @@ static int put_tools(const dsv41_json *root, jbuf *c, int *any, jbuf *err) {
     return 0;
 }
 
+/* The case's messages. A JSON response_format (json_object, json_schema) goes with the first
+ * system message (one is put in front when there is none), where the V4.1 template renders it as
+ * its "## Response Format" block: the model reads the schema its reply is held to (structured.c).
+ * A system message with a response_format of its own keeps that one. */
+static void put_messages(const dsv41_json *root, jbuf *c) {
+    const dsv41_json *msgs = dsv41_json_get(root, "messages"), *rf = dsv41_json_get(root, "response_format");
+    const char *type = dsv41_json_str(dsv41_json_get(rf, "type"));
+    if (!type || (strcmp(type, "json_object") && strcmp(type, "json_schema"))) {
+        jb_value(c, msgs);
+        return;
+    }
+    size_t n = dsv41_json_len(msgs), at = 0;
+    while (at < n && strcmp(dsv41_json_str(dsv41_json_get(dsv41_json_at(msgs, at), "role")), "system")) at++;
+    jb_puts(c, at == n ? "[{\"role\":\"system\",\"content\":\"\",\"response_format\":" : "[");
+    if (at == n) jb_value(c, rf), jb_puts(c, "}");
+    for (size_t i = 0; i < n; i++) {
+        const dsv41_json *m = dsv41_json_at(msgs, i);
+        jb_puts(c, i || at == n ? "," : "");
+        if (i != at || dsv41_json_get(m, "response_format")) {
+            jb_value(c, m);
+            continue;
+        }
+        jb_puts(c, "{");
+        for (size_t k = 0; k < dsv41_json_len(m); k++) {
+            jb_puts(c, k ? "," : "");
+            jb_str(c, dsv41_json_key(m, k), strlen(dsv41_json_key(m, k)));
+            jb_puts(c, ":");
+            jb_value(c, dsv41_json_at(m, k));
+        }
+        jb_puts(c, ",\"response_format\":");
+        jb_value(c, rf);
+        jb_puts(c, "}");
+    }
+    jb_puts(c, "]");
+}
+
 /* The prompt text of a chat request, malloc'd. */
 static char *chat_prompt(const dsv41_json *root, int *flags, jbuf *err) {
     const dsv41_json *msgs = dsv41_json_get(root, "messages");
@@ -180,7 +216,7 @@ static char *chat_prompt(const dsv41_json *root, int *flags, jbuf *err) {
     jbuf c = {0};
     int thinking = 0, tools = 0;
     jb_puts(&c, "{\"messages\":");
-    jb_value(&c, msgs);
+    put_messages(root, &c);
     int rc = put_tools(root, &c, &tools, err);
     if (rc == 0) {
         jb_puts(&c, ",\"options\":");
@@ -274,6 +310,7 @@ int api_parse_generation(server *sv, gen_kind kind, const char *body, size_t n, 
             status = api_error(err, 400, max_key, "the prompt has %lld tokens and %s asks for %lld more: %lld in all, over the context of %d",
                                (long long)n_ids, max_key, (long long)max_tokens, (long long)(n_ids + max_tokens), sv->ctx);
     }
+    if (!status) status = structured_grammar(sv, root, kind, g->flags, j, err);
     if (!status) {
         j->sp.top_k = (int32_t)top_k;
         j->id_slot = (int32_t)id_slot;
@@ -294,7 +331,9 @@ int api_parse_generation(server *sv, gen_kind kind, const char *body, size_t n, 
 
 /* ---- replies */
 
-static const char *finish_name(job_end end) { return end == END_LENGTH ? "length" : "stop"; }
+/* A reply that its grammar let no token continue ends as "grammar_dead_end" on every route:
+ * its text is not what the grammar describes, and no client should take it for a whole one. */
+static const char *finish_name(job_end end) { return end == END_LENGTH ? "length" : end == END_DEAD ? "grammar_dead_end" : "stop"; }
 
 const char *api_stop_hit(const gen *g) { return g->job->stop_hit >= 0 ? g->job->stops[g->job->stop_hit] : NULL; }
 
@@ -346,12 +385,23 @@ void api_split_reply(const gen *g, reply_split *r) {
     if (!r->calls) r->content_end = len; /* a broken block stays text, with the whitespace before it */
 }
 
+int32_t api_reasoning_tokens(const server *sv, const gen *g) {
+    const job *j = g->job;
+    if (!(g->flags & DSV41_REPLY_THINKING)) return 0;
+    int32_t unthink = dsv41_tokenizer_find(sv->tok, "</think>");
+    for (int32_t i = 0; i < j->n_gen; i++)
+        if (j->ids[i] == unthink) return i + 1;
+    return j->n_gen;
+}
+
 /* The usage, and llama.cpp's timings member with the speculative counts (drafts checked by a
  * verify, and of those the ones kept) */
-static void put_usage(jbuf *o, const job *j) {
+static void put_usage(jbuf *o, const server *sv, const gen *g) {
+    const job *j = g->job;
     jb_printf(o, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
-                 "\"prompt_tokens_details\":{\"cached_tokens\":%d}},\"timings\":{\"draft_n\":%d,\"draft_n_accepted\":%d}",
-              j->n_prompt, j->n_gen, j->n_prompt + j->n_gen, j->n_cached, j->n_drafted, j->n_accepted);
+                 "\"prompt_tokens_details\":{\"cached_tokens\":%d},\"completion_tokens_details\":{\"reasoning_tokens\":%d}},"
+                 "\"timings\":{\"draft_n\":%d,\"draft_n_accepted\":%d}",
+              j->n_prompt, j->n_gen, j->n_prompt + j->n_gen, j->n_cached, api_reasoning_tokens(sv, g), j->n_drafted, j->n_accepted);
 }
 
 /* The tool calls of a reply in OpenAI's shape, "tool_calls":[...], with ids made from the
@@ -407,7 +457,7 @@ int api_reply(server *sv, gen *g, jbuf *out) {
         for (int32_t i = 0; i < j->n_gen; i++) jb_printf(out, "%s%d", i ? "," : "", j->ids[i]);
         jb_puts(out, "],");
     }
-    put_usage(out, j);
+    put_usage(out, sv, g);
     jb_puts(out, "}");
     return 200;
 }
@@ -512,7 +562,7 @@ int api_stream(server *sv, gen *g, jbuf *out) {
                       g->kind == GEN_CHAT ? "chat.completion.chunk" : "text_completion", g->created);
             jb_str(out, sv->model_name, strlen(sv->model_name));
             jb_puts(out, ",\"choices\":[],");
-            put_usage(out, j);
+            put_usage(out, sv, g);
             jb_puts(out, "}\n\n");
         }
     }

@@ -64,6 +64,9 @@ void api_split_reply(const gen *g, reply_split *r);
 int api_stream_text(server *sv, gen *g, jbuf *out, put_delta put, reply_split *end);
 /* The id's serial part (after "chatcmpl-", "msg_"...), which the ids of tool calls reuse. */
 const char *api_id_serial(const gen *g);
+/* The reply's reasoning tokens: in thinking mode, those up to and including the first </think>
+ * (all of them when it never came); 0 otherwise. */
+int32_t api_reasoning_tokens(const server *sv, const gen *g);
 /* The stop string that ended the job's reply, or NULL (EOS, length, no stop). */
 const char *api_stop_hit(const gen *g);
 /* Text that is a string or an array of parts {"type", "text"} whose type is one of types
@@ -74,6 +77,13 @@ int api_bad(jbuf *err, const char *param, const char *what);
 /* Copies the keys of src named in keys (NULL-terminated) into the object being written to o,
  * each after a comma: the options a translated request passes on as they are. */
 void api_copy_keys(jbuf *o, const dsv41_json *src, const char *const *keys);
+
+/* ---- structured output (structured.c) */
+/* The grammar that request root (chat completions-shaped: Anthropic's and the Responses API's
+ * are translated first; kind the route it came by, flags how its reply splits) asks its reply to
+ * follow, compiled into j->grammar with j->trigger; j->grammar stays NULL when the reply is
+ * free. 0, or an HTTP status with the error reply in err. */
+int structured_grammar(server *sv, const dsv41_json *root, gen_kind kind, int flags, job *j, jbuf *err);
 
 /* POST /v1/messages and /v1/messages/count_tokens (anthropic.c): Anthropic's Messages API. */
 int anthropic_parse(server *sv, const char *body, size_t n, gen *g, jbuf *err);

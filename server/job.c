@@ -19,6 +19,7 @@ job *job_new(const int32_t *prompt, int32_t n_prompt) {
     j->cache_prompt = 1;
     j->slot = -1;
     j->stop_hit = -1;
+    j->trigger = -1;
     atomic_init(&j->cancel, 0);
     pthread_cond_init(&j->changed, NULL);
     return j;
@@ -29,6 +30,9 @@ void job_free(job *j) {
     free(j->prompt);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
     jb_free(&j->text);
+    jb_free(&j->echo);
+    jb_free(&j->custom);
+    dsv41_grammar_free(j->grammar);
     free(j->marks);
     free(j->ids);
     pthread_cond_destroy(&j->changed);

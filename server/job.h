@@ -14,7 +14,8 @@
 
 enum { MAX_STOPS = 8 };
 
-typedef enum { END_NONE, END_STOP, END_LENGTH, END_CANCEL, END_ERROR } job_end;
+/* END_DEAD: the grammar allowed no token (a grammar that cannot go on, or one of its limits) */
+typedef enum { END_NONE, END_STOP, END_LENGTH, END_CANCEL, END_ERROR, END_DEAD } job_end;
 
 typedef struct job {
     /* the request: set before sched_submit, read-only afterwards */
@@ -29,6 +30,12 @@ typedef struct job {
     int special;              /* the text keeps every special token (else dsv41_token_in_reply's rule) */
     int32_t think_budget;     /* thinking mode: reasoning tokens after which </think> is fed instead
                                * of a sampled token, 0: the model ends its reasoning itself */
+    dsv41_grammar *grammar;   /* the reply's answer and calls follow it (owned); NULL: a free reply */
+    int32_t trigger;          /* the token before which the reply is free (</think>), -1: none */
+    jbuf echo;                /* the request's members its reply repeats (",\"key\":value"...), for
+                               * the Responses API's response object */
+    jbuf custom;              /* the Responses API: the names of the request's custom tools, each
+                               * NUL-terminated (their calls come back as custom_tool_call items) */
     /* progress: written by the scheduler, read under the lock */
     jbuf text;                /* the reply: whole characters, cut before a stop string */
     size_t committed;         /* text[0, committed) is final: no stop string can take it back */

@@ -56,15 +56,26 @@ static void flush(jbuf *o, turn *t, int *first) {
 /* One input item into o (or into the assistant turn t being gathered). */
 static int put_item(jbuf *o, const dsv41_json *it, turn *t, int *first, jbuf *err) {
     const char *type = str_at(it, "type"), *role = str_at(it, "role");
-    if (is(type, "function_call")) {
-        if (!is_str(dsv41_json_get(it, "call_id")) || !is_str(dsv41_json_get(it, "name")) || !is_str(dsv41_json_get(it, "arguments")))
-            return api_bad(err, "input", "a function_call item needs call_id, name and arguments");
+    int custom = is(type, "custom_tool_call");
+    if (is(type, "function_call") || custom) {
+        const char *arg = custom ? "input" : "arguments";
+        if (!is_str(dsv41_json_get(it, "call_id")) || !is_str(dsv41_json_get(it, "name")) || !is_str(dsv41_json_get(it, arg)))
+            return api_bad(err, "input", custom ? "a custom_tool_call item needs call_id, name and input"
+                                                : "a function_call item needs call_id, name and arguments");
         jb_puts(&t->calls, t->n_calls++ ? ",{\"id\":" : "{\"id\":");
         jb_value(&t->calls, dsv41_json_get(it, "call_id"));
         jb_puts(&t->calls, ",\"type\":\"function\",\"function\":{\"name\":");
         jb_value(&t->calls, dsv41_json_get(it, "name"));
         jb_puts(&t->calls, ",\"arguments\":");
-        jb_value(&t->calls, dsv41_json_get(it, "arguments"));
+        if (custom) { /* the call of the function a custom tool stands for: {"input": text} */
+            jbuf args = {0};
+            jb_puts(&args, "{\"input\":");
+            jb_value(&args, dsv41_json_get(it, "input"));
+            jb_puts(&args, "}");
+            jb_str(&t->calls, args.p ? args.p : "", args.n);
+            jb_free(&args);
+        } else
+            jb_value(&t->calls, dsv41_json_get(it, "arguments"));
         jb_puts(&t->calls, "}}");
         t->any = 1;
         return 0;
@@ -92,8 +103,8 @@ static int put_item(jbuf *o, const dsv41_json *it, turn *t, int *first, jbuf *er
     flush(o, t, first);
     jb_puts(o, *first ? "" : ",");
     *first = 0;
-    if (is(type, "function_call_output")) {
-        if (!is_str(dsv41_json_get(it, "call_id"))) return api_bad(err, "input", "a function_call_output item needs a call_id");
+    if (is(type, "function_call_output") || is(type, "custom_tool_call_output")) {
+        if (!is_str(dsv41_json_get(it, "call_id"))) return api_bad(err, "input", "a call's output item needs a call_id");
         jb_puts(o, "{\"role\":\"tool\",\"tool_call_id\":");
         jb_value(o, dsv41_json_get(it, "call_id"));
         jb_puts(o, ",\"content\":");
@@ -133,26 +144,39 @@ static int put_input(jbuf *o, const dsv41_json *root, jbuf *err) {
     return rc;
 }
 
-/* tools ({type: "function", name, description, parameters}) and tool_choice. */
-static int put_tools(jbuf *o, const dsv41_json *root, jbuf *err) {
+/* A custom tool ({"type": "custom", "name", "description", "format"}: free-form text input, such
+ * as Codex's apply_patch with its Lark grammar) goes to the model as a function of one string
+ * parameter, input, which the template has the model write raw; a call of it comes back as a
+ * custom_tool_call item whose input is that text. The format's grammar is not enforced. */
+static const char custom_parameters[] =
+    "{\"type\":\"object\",\"properties\":{\"input\":{\"type\":\"string\"}},\"required\":[\"input\"],\"additionalProperties\":false}";
+
+/* tools ({type: "function", name, description, parameters}, or custom) and tool_choice; the names
+ * of the custom tools into custom, each NUL-terminated. */
+static int put_tools(jbuf *o, const dsv41_json *root, jbuf *custom, jbuf *err) {
     const dsv41_json *tools = dsv41_json_get(root, "tools"), *choice = dsv41_json_get(root, "tool_choice");
     if (dsv41_json_type_of(tools) == DSV41_JSON_ARR) {
         jb_puts(o, ",\"tools\":[");
         for (size_t i = 0; i < dsv41_json_len(tools); i++) {
             const dsv41_json *t = dsv41_json_at(tools, i);
-            if (!is(str_at(t, "type"), "function") || !is_str(dsv41_json_get(t, "name")))
-                return api_bad(err, "tools", "only function tools (type \"function\" with a name) are supported");
+            int is_custom = is(str_at(t, "type"), "custom");
+            if ((!is_custom && !is(str_at(t, "type"), "function")) || !is_str(dsv41_json_get(t, "name")))
+                return api_bad(err, "tools", "only function and custom tools (with a name) are supported");
             jb_puts(o, i ? ",{\"type\":\"function\",\"function\":{\"name\":" : "{\"type\":\"function\",\"function\":{\"name\":");
             jb_value(o, dsv41_json_get(t, "name"));
-            api_copy_keys(o, t, (const char *const[]){"description", "parameters", NULL});
+            api_copy_keys(o, t, is_custom ? (const char *const[]){"description", NULL} : (const char *const[]){"description", "parameters", "strict", NULL});
+            if (is_custom) {
+                jb_printf(o, ",\"parameters\":%s", custom_parameters);
+                jb_put(custom, str_at(t, "name"), strlen(str_at(t, "name")) + 1);
+            }
             jb_puts(o, "}}");
         }
         jb_puts(o, "]");
     } else if (dsv41_json_type_of(tools) != DSV41_JSON_NULL)
         return api_bad(err, "tools", "'tools' must be an array of tools");
     if (dsv41_json_type_of(choice) == DSV41_JSON_OBJ) {
-        if (!is(str_at(choice, "type"), "function") || !is_str(dsv41_json_get(choice, "name")))
-            return api_bad(err, "tool_choice", "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"name\"}");
+        if ((!is(str_at(choice, "type"), "function") && !is(str_at(choice, "type"), "custom")) || !is_str(dsv41_json_get(choice, "name")))
+            return api_bad(err, "tool_choice", "'tool_choice' must be none, auto, required or {\"type\": \"function\" | \"custom\", \"name\"}");
         jb_puts(o, ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":");
         jb_value(o, dsv41_json_get(choice, "name"));
         jb_puts(o, "}}");
@@ -161,8 +185,24 @@ static int put_tools(jbuf *o, const dsv41_json *root, jbuf *err) {
     return 0;
 }
 
+/* text.format as chat completions' response_format: json_schema is flat here ({"type", "name",
+ * "schema", "strict"}) and wrapped there. */
+static int put_format(jbuf *o, const dsv41_json *root, jbuf *err) {
+    const dsv41_json *format = dsv41_json_get(dsv41_json_get(root, "text"), "format");
+    const char *type = str_at(format, "type");
+    if (dsv41_json_type_of(format) == DSV41_JSON_NULL || is(type, "text")) return 0;
+    if (is(type, "json_object")) jb_puts(o, ",\"response_format\":{\"type\":\"json_object\"}");
+    else if (is(type, "json_schema")) {
+        jb_puts(o, ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"output\"");
+        api_copy_keys(o, format, (const char *const[]){"schema", "strict", NULL});
+        jb_puts(o, "}}");
+    } else
+        return api_bad(err, "text.format", "text.format.type must be text, json_object or json_schema");
+    return 0;
+}
+
 /* The chat completions request a Responses request stands for, into o. */
-static int translate(const dsv41_json *root, jbuf *o, jbuf *err) {
+static int translate(const dsv41_json *root, jbuf *o, jbuf *custom, jbuf *err) {
     if (dsv41_json_type_of(root) != DSV41_JSON_OBJ) return api_bad(err, NULL, "the body must be a JSON object");
     if (dsv41_json_type_of(dsv41_json_get(root, "previous_response_id")) != DSV41_JSON_NULL)
         return api_bad(err, "previous_response_id", "responses are not stored here: send the whole conversation in 'input'");
@@ -170,11 +210,9 @@ static int translate(const dsv41_json *root, jbuf *o, jbuf *err) {
         return api_bad(err, "background", "background responses are not supported: responses are not stored here");
     if (dsv41_json_type_of(dsv41_json_get(root, "conversation")) != DSV41_JSON_NULL)
         return api_bad(err, "conversation", "conversations are not stored here: send the whole conversation in 'input'");
-    const char *format = str_at(dsv41_json_get(dsv41_json_get(root, "text"), "format"), "type");
-    if (format && strcmp(format, "text")) return api_bad(err, "text", "only text output is supported (text.format.type \"text\")");
     jb_puts(o, "{");
     int rc = put_input(o, root, err);
-    if (rc || (rc = put_tools(o, root, err))) return rc;
+    if (rc || (rc = put_tools(o, root, custom, err)) || (rc = put_format(o, root, err))) return rc;
     const dsv41_json *max = dsv41_json_get(root, "max_output_tokens"), *effort = dsv41_json_get(dsv41_json_get(root, "reasoning"), "effort");
     if (max) {
         jb_puts(o, ",\"max_tokens\":");
@@ -185,20 +223,46 @@ static int translate(const dsv41_json *root, jbuf *o, jbuf *err) {
         jb_value(o, effort);
     }
     static const char *const same[] = {"temperature", "top_p", "top_k", "stream", "seed", "min_p", "stop", "cache_prompt",
-                                       "id_slot", "skip_special_tokens", NULL};
+                                       "id_slot", "skip_special_tokens", "parallel_tool_calls", "grammar", NULL};
     api_copy_keys(o, root, same);
     jb_puts(o, "}");
     return o->oom ? api_error(err, 500, NULL, "out of memory") : 0;
 }
 
+/* The members of the response object that repeat the request: what it set, else the value
+ * this server used (store is always false: nothing is stored; include and prompt_cache_key
+ * change nothing here, the prompt cache finds a shared prefix by itself). */
+static void put_echo(jbuf *o, const dsv41_json *root) {
+    static const char *const members[][2] = {
+        {"instructions", "null"}, {"parallel_tool_calls", "true"}, {"tool_choice", "\"auto\""}, {"tools", "[]"},
+        {"text", "{\"format\":{\"type\":\"text\"}}"}, {"reasoning", "{\"effort\":null,\"summary\":null}"},
+        {"temperature", NULL}, {"top_p", NULL}, {"metadata", "{}"}, {"prompt_cache_key", NULL}, {"user", NULL},
+        {"truncation", NULL}, {"service_tier", NULL}};
+    jb_puts(o, ",\"store\":false");
+    for (size_t i = 0; i < sizeof members / sizeof members[0]; i++) {
+        const dsv41_json *v = dsv41_json_get(root, members[i][0]);
+        if (!v && !members[i][1]) continue;
+        jb_printf(o, ",\"%s\":", members[i][0]);
+        if (v) jb_value(o, v);
+        else jb_puts(o, members[i][1]);
+    }
+}
+
 int responses_parse(server *sv, const char *body, size_t n, gen *g, jbuf *err) {
     dsv41_json *root = dsv41_json_parse(body, n);
     if (!root) return api_error(err, 400, NULL, "malformed JSON: %s", dsv41_error());
-    jbuf chat = {0};
-    int status = translate(root, &chat, err);
-    dsv41_json_free(root);
+    jbuf chat = {0}, custom = {0};
+    int status = translate(root, &chat, &custom, err);
     if (!status) status = api_parse_generation(sv, GEN_RESPONSE, chat.p, chat.n, g, err);
+    if (!status) {
+        put_echo(&g->job->echo, root);
+        g->job->custom = custom, custom = (jbuf){0};
+        if (g->job->echo.oom || g->job->custom.oom) status = api_error(err, 500, NULL, "out of memory");
+        if (status) job_free(g->job), g->job = NULL;
+    }
+    dsv41_json_free(root);
     jb_free(&chat);
+    jb_free(&custom);
     return status;
 }
 
@@ -223,7 +287,36 @@ static void put_message_item(jbuf *o, const gen *g, const char *status, const ch
     jb_puts(o, "]}");
 }
 
+/* Whether the call is of one of the request's custom tools. */
+static int is_custom_call(const gen *g, const dsv41_json *call) {
+    const char *name = dsv41_json_str(dsv41_json_get(call, "name"));
+    const jbuf *c = &g->job->custom;
+    for (size_t at = 0; name && at < c->n; at += strlen(c->p + at) + 1)
+        if (!strcmp(c->p + at, name)) return 1;
+    return 0;
+}
+
+/* A custom tool's input: the call's "input" parameter, as JSON text (a string); the arguments
+ * text as a string when the model wrote something else. */
+static void put_custom_input(jbuf *o, const dsv41_json *call) {
+    const dsv41_json *args = dsv41_json_get(call, "arguments");
+    dsv41_json *parsed = dsv41_json_parse(dsv41_json_str(args), dsv41_json_len(args));
+    const dsv41_json *input = dsv41_json_get(parsed, "input");
+    jb_value(o, is_str(input) ? input : args);
+    dsv41_json_free(parsed);
+}
+
 static void put_call_item(jbuf *o, const gen *g, const dsv41_json *call, size_t i, int done) {
+    if (is_custom_call(g, call)) {
+        jb_printf(o, "{\"id\":\"ctc_%s_%zu\",\"type\":\"custom_tool_call\",\"status\":\"%s\",\"call_id\":\"call_%s_%zu\",\"name\":",
+                  api_id_serial(g), i, done ? "completed" : "in_progress", api_id_serial(g), i);
+        jb_value(o, dsv41_json_get(call, "name"));
+        jb_puts(o, ",\"input\":");
+        if (done) put_custom_input(o, call);
+        else jb_puts(o, "\"\"");
+        jb_puts(o, "}");
+        return;
+    }
     jb_printf(o, "{\"id\":\"fc_%s_%zu\",\"type\":\"function_call\",\"status\":\"%s\",\"call_id\":\"call_%s_%zu\",\"name\":",
               api_id_serial(g), i, done ? "completed" : "in_progress", api_id_serial(g), i);
     jb_value(o, dsv41_json_get(call, "name"));
@@ -233,10 +326,14 @@ static void put_call_item(jbuf *o, const gen *g, const dsv41_json *call, size_t 
     jb_puts(o, "}");
 }
 
+/* The status of the reply's last item, and of the response, once it ended: a reply cut by its
+ * token limit is incomplete, and so is the message it was writing. */
+static const char *end_status(const gen *g) { return g->job->end == END_LENGTH || g->job->end == END_DEAD ? "incomplete" : "completed"; }
+
 /* The response object; r: the ended reply apart (NULL while it runs: no output, no usage). */
 static void put_response(server *sv, const gen *g, jbuf *o, const reply_split *r) {
     const job *j = g->job;
-    const char *status = !r ? "in_progress" : j->end == END_LENGTH ? "incomplete" : "completed";
+    const char *status = !r ? "in_progress" : end_status(g);
     jb_printf(o, "{\"id\":\"%s\",\"object\":\"response\",\"created_at\":%lld,\"status\":\"%s\",\"model\":", g->id, g->created, status);
     jb_str(o, sv->model_name, strlen(sv->model_name));
     jb_puts(o, ",\"output\":[");
@@ -245,18 +342,19 @@ static void put_response(server *sv, const gen *g, jbuf *o, const reply_split *r
     if (r && (g->flags & DSV41_REPLY_THINKING)) put_reasoning_item(o, g, text, r->reasoning_end), n++;
     if (r && (r->content_end > r->content_start || !r->calls)) {
         jb_puts(o, n++ ? "," : "");
-        put_message_item(o, g, "completed", text + r->content_start, r->content_end - r->content_start);
+        put_message_item(o, g, end_status(g), text + r->content_start, r->content_end - r->content_start);
     }
     for (size_t i = 0; r && i < dsv41_json_len(r->calls); i++) {
         jb_puts(o, n++ ? "," : "");
         put_call_item(o, g, dsv41_json_at(r->calls, i), i, 1);
     }
-    jb_printf(o, "],\"incomplete_details\":%s,\"error\":null,\"store\":false,\"parallel_tool_calls\":true,"
-                 "\"text\":{\"format\":{\"type\":\"text\"}},\"max_output_tokens\":%d,\"usage\":",
-              r && j->end == END_LENGTH ? "{\"reason\":\"max_output_tokens\"}" : "null", j->max_tokens);
+    jb_printf(o, "],\"incomplete_details\":%s,\"error\":null",
+              !r ? "null" : j->end == END_LENGTH ? "{\"reason\":\"max_output_tokens\"}" : j->end == END_DEAD ? "{\"reason\":\"grammar_dead_end\"}" : "null");
+    if (j->echo.n) jb_put(o, j->echo.p, j->echo.n);
+    jb_printf(o, ",\"max_output_tokens\":%d,\"usage\":", j->max_tokens);
     if (r) jb_printf(o, "{\"input_tokens\":%d,\"input_tokens_details\":{\"cached_tokens\":%d},\"output_tokens\":%d,"
-                        "\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":%d}",
-                     j->n_prompt, j->n_cached, j->n_gen, j->n_prompt + j->n_gen);
+                        "\"output_tokens_details\":{\"reasoning_tokens\":%d},\"total_tokens\":%d}",
+                     j->n_prompt, j->n_cached, j->n_gen, api_reasoning_tokens(sv, g), j->n_prompt + j->n_gen);
     else jb_puts(o, "null");
     jb_puts(o, "}");
 }
@@ -301,7 +399,7 @@ static void close_item(gen *g, jbuf *o, const char *text, size_t a, size_t b) {
     event(g, o, "response.output_item.done");
     jb_printf(o, ",\"output_index\":%d,\"item\":", index);
     if (part == PART_REASONING) put_reasoning_item(o, g, text + a, b - a);
-    else put_message_item(o, g, "completed", text + a, b - a);
+    else put_message_item(o, g, end_status(g), text + a, b - a);
     end(o);
     g->open = -1;
 }
@@ -368,10 +466,14 @@ int responses_stream(server *sv, gen *g, jbuf *out) {
         jb_printf(out, ",\"output_index\":%d,\"item\":", index);
         put_call_item(out, g, call, i, 0);
         end(out);
+        int custom = is_custom_call(g, call);
         for (int k = 0; k < 2; k++) {
-            event(g, out, k ? "response.function_call_arguments.done" : "response.function_call_arguments.delta");
-            jb_printf(out, ",\"item_id\":\"fc_%s_%zu\",\"output_index\":%d,\"%s\":", api_id_serial(g), i, index, k ? "arguments" : "delta");
-            jb_value(out, dsv41_json_get(call, "arguments"));
+            if (custom) event(g, out, k ? "response.custom_tool_call_input.done" : "response.custom_tool_call_input.delta");
+            else event(g, out, k ? "response.function_call_arguments.done" : "response.function_call_arguments.delta");
+            jb_printf(out, ",\"item_id\":\"%s_%s_%zu\",\"output_index\":%d,\"%s\":", custom ? "ctc" : "fc", api_id_serial(g), i, index,
+                      k ? (custom ? "input" : "arguments") : "delta");
+            if (custom) put_custom_input(out, call);
+            else jb_value(out, dsv41_json_get(call, "arguments"));
             end(out);
         }
         event(g, out, "response.output_item.done");
@@ -379,7 +481,7 @@ int responses_stream(server *sv, gen *g, jbuf *out) {
         put_call_item(out, g, call, i, 1);
         end(out);
     }
-    event(g, out, j->end == END_LENGTH ? "response.incomplete" : "response.completed");
+    event(g, out, !strcmp(end_status(g), "incomplete") ? "response.incomplete" : "response.completed");
     jb_puts(out, ",\"response\":");
     put_response(sv, g, out, &r);
     end(out);

@@ -33,6 +33,7 @@ typedef struct {
     int32_t n_tokens;       /* tokens the live session holds, for /slots (under the lock) */
     uint64_t used;          /* the tick it last took a job: the least recent goes first */
     dsv41_sampler *sampler; /* the job's sampler, seeded per request */
+    dsv41_constraint *constraint; /* the job's grammar's state, NULL: a free reply */
     float *logits;          /* [vocab] logits of the last token a prompt or a plain step fed */
     dsv41_utf8_stream utf8; /* the job's characters split across tokens */
     int32_t next;           /* the sampled token this step feeds */
@@ -162,6 +163,8 @@ static void finish(sched *s, slot *sl, job_end end, const char *error) {
     pthread_cond_broadcast(&j->changed);
     dsv41_sampler_free(sl->sampler);
     sl->sampler = NULL;
+    dsv41_constraint_free(sl->constraint);
+    sl->constraint = NULL;
     sl->job = NULL;
     sl->started = 0;
     unref(j);
@@ -276,6 +279,7 @@ static const char *start(sched *s, slot *sl) {
     int src = source(s, sl, j, &k);
     if (!sl->session && !(sl->session = dsv41_session_new(s->model))) return dsv41_error();
     if (!(sl->sampler = dsv41_sampler_new(&j->sp, s->vocab))) return dsv41_error();
+    if (j->grammar && !(sl->constraint = dsv41_constraint_new(j->grammar, &s->eos, 1, j->trigger))) return dsv41_error();
     if (src >= 0) {
         if (dsv41_session_copy(sl->session, sl->snaps[src].session)) return dsv41_error();
         sl->snaps[src].used = atomic_fetch_add(&s->tick, 1) + 1;
@@ -316,13 +320,21 @@ static job_end take_token(sched *s, slot *sl, int32_t id, int32_t pos) {
     return more ? END_NONE : stop < 0 ? END_ERROR : stop ? END_STOP : END_LENGTH;
 }
 
-/* The slot's next token from logits: sampled, or </think> once the reasoning has used up the
- * job's thinking budget, which ends it as the chat template's assistant turn does (the answer
- * follows). Plain steps and speculative rounds both pick here, so a verify compares its drafts
- * with the token a plain step would feed, forced or sampled, and the reply stays the same. */
-static int32_t pick(sched *s, slot *sl, const float *logits) {
-    if (sl->thought >= 0 && sl->thought >= sl->job->think_budget) return s->unthink;
-    return dsv41_sample(sl->sampler, logits);
+/* The slot's next token from logits (the row after history [n]): sampled, under the job's
+ * grammar when it has one, or </think> once the reasoning has used up the job's thinking budget,
+ * which ends it as the chat template's assistant turn does (the answer follows; the grammar,
+ * free until </think>, takes it too). Plain steps and speculative rounds both pick here, so a
+ * verify compares its drafts with the token a plain step would feed, forced or sampled, and the
+ * reply stays the same. *done is set when the grammar says the reply is complete; -1: the
+ * grammar allows no token (the reply ends as END_DEAD). */
+static int32_t pick(sched *s, slot *sl, float *logits, const int32_t *history, int32_t n, int *done) {
+    if (sl->thought >= 0 && sl->thought >= sl->job->think_budget) {
+        if (sl->constraint) dsv41_constraint_accept(sl->constraint, s->unthink);
+        return s->unthink;
+    }
+    if (!sl->constraint) return dsv41_sample(sl->sampler, logits);
+    dsv41_constrained_pick cp = {sl->constraint, sl->sampler};
+    return dsv41_constraint_pick(&cp, logits, history, n, done);
 }
 
 /* With the lock held: ends the slot's job as take_token said. */
@@ -335,7 +347,11 @@ static int sample_next(sched *s, slot *sl) {
         sl->picked = 0;
         return 1;
     }
-    job_end end = take_token(s, sl, pick(s, sl, sl->logits), dsv41_session_pos(sl->session));
+    int32_t n, done = 0;
+    const int32_t *history = dsv41_session_tokens(sl->session, &n);
+    int32_t id = pick(s, sl, sl->logits, history, n, &done);
+    job_end end = id < 0 ? END_DEAD : take_token(s, sl, id, dsv41_session_pos(sl->session));
+    if (end == END_NONE && done) end = END_STOP;
     if (end != END_NONE) {
         sched_lock(s);
         end_job(s, sl, end);
@@ -344,11 +360,20 @@ static int sample_next(sched *s, slot *sl) {
     return end == END_NONE;
 }
 
+/* A verify's pick: as a plain step's. A dead end is not a failed pick (which would fail the
+ * whole batch's verify): it ends this block at a token that is not fed, and its job. */
 static int32_t pick_token(void *ctx, float *logits, const int32_t *history, int32_t n, int *last) {
     round_ctx *r = ctx;
-    (void)history;
-    int32_t id = pick(r->s, r->sl, logits);
-    *last = (r->end = take_token(r->s, r->sl, id, n)) != END_NONE;
+    int done = 0;
+    int32_t id = pick(r->s, r->sl, logits, history, n, &done);
+    if (id < 0) {
+        r->end = END_DEAD;
+        *last = 1;
+        return r->s->eos;
+    }
+    r->end = take_token(r->s, r->sl, id, n);
+    if (r->end == END_NONE && done) r->end = END_STOP;
+    *last = r->end != END_NONE;
     return id;
 }
 
@@ -366,6 +391,8 @@ static void spec_step(sched *s, int32_t count) {
         nd = nd < s->ctx - pos - 2 ? nd : s->ctx - pos - 2;
         s->b_n[i] = dsv41_session_propose(sl->session, sl->next, nd > 0 ? (int32_t)nd : 0, &sl->policy, ids, &s->r_proposed[i]);
         if (s->b_n[i] < 0) err = dsv41_error();
+        /* drafts the grammar forbids could never be kept: the block ends before the first */
+        else if (sl->constraint) s->b_n[i] = 1 + dsv41_constraint_drafts(sl->constraint, ids + 1, s->b_n[i] - 1);
         s->r_pick[i] = (round_ctx){s, sl, END_NONE};
         s->r_ctx[i] = &s->r_pick[i];
         s->b_sess[i] = sl->session, s->b_ids[i] = ids;

@@ -106,18 +106,6 @@ gen, steps = b["dsv41_generated_tokens_total"] - a["dsv41_generated_tokens_total
 assert gen == int(sys.argv[3]) and 0 < steps < gen and b["dsv41_batch_size"] >= 1, (gen, steps)
 PY
 
-# client NAME PACKAGE SCRIPT: a node script (tests/client_lib.mjs) driving the server through an
-# npm package; its FAIL lines are shown and its closing line is one case
-client() {
-    if [ ! -d "tests/node/node_modules/$2" ] || ! command -v node >/dev/null; then
-        bad "node or the $2 npm package is missing (make test installs the packages: npm ci --prefix tests/node)"
-        return
-    fi
-    out=$(node "$3" "http://127.0.0.1:$port" "$tmp/hello" $n 2>&1)
-    printf '%s\n' "$out" | grep '^FAIL' | sed "s/^FAIL: /FAIL: $1: /"
-    line=$(printf '%s\n' "$out" | tail -n 1)
-    case $line in *" passed, 0 failed") ok ;; *) bad "$1: $line" ;; esac
-}
 # the official openai client (chat completions and responses), and @anthropic-ai/sdk on /v1/messages
 client "openai client" openai tests/serve_client.mjs
 client "anthropic client" @anthropic-ai/sdk tests/serve_anthropic.mjs

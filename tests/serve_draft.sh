@@ -2,8 +2,8 @@
 # serve_draft.sh - serve --draft: speculative decoding per slot gives the replies of plain
 # decoding. The test model is serve_lib's with three DSpark stages (models/tiny_dspark.json's
 # keys); a plain server and one with --draft 3, two slots each, answer the same requests (greedy
-# ones, sent to the drafting server at once so that its slots decode side by side, and a sampled
-# one with a seed): the same texts. The drafting server's replies and /metrics count the drafts
+# ones, sent to the drafting server at once so that its slots decode side by side, a sampled
+# one with a seed, and a sampled one held to a JSON Schema): the same texts. The drafting server's replies and /metrics count the drafts
 # its verifies checked and kept; the plain server's count none. Then a model of all-zero weights,
 # whose drafts are all kept, through the drafting server. Prints "N passed, N failed".
 . "$(dirname "$0")/lib.sh"
@@ -23,6 +23,8 @@ m=$md
 # ask NAME BODY: the reply of the server on $port in $tmp/NAME (in the background: wait for it)
 ask() { curl -s -o "$tmp/$1" --data-binary "$2" -H 'Content-Type: application/json' "http://127.0.0.1:$port/v1/chat/completions"; }
 sampled='{"model":"m","messages":[{"role":"user","content":"Tell a story"}],"temperature":0.8,"top_p":0.9,"seed":42,"max_tokens":20}'
+# a reply held to a JSON Schema: the grammar's pick is the verify's pick, so the same tokens
+constrained='{"model":"m","messages":[{"role":"user","content":"JSON"}],"temperature":1,"seed":5,"max_tokens":120,"response_format":{"type":"json_schema","json_schema":{"name":"t","schema":{"type":"object","properties":{"a":{"type":"array","items":{"enum":["x","yy",1]},"maxItems":6},"b":{"type":"string","maxLength":12}},"required":["a","b"]}}}}'
 
 for kind in plain draft; do
     if [ $kind = plain ]; then start $kind -np 2 || { finish; exit 1; }
@@ -32,14 +34,21 @@ for kind in plain draft; do
     ask $kind.c "$(chat "One more question" 24)" & c=$!
     wait $a $b $c
     ask $kind.s "$sampled"
+    ask $kind.j "$constrained"
     budget "a thinking budget ($kind)"
+    # a grammar that reaches a dead end after its first token (it needs the end-of-sentence id,
+    # masked while it cannot end): with drafts the dead end comes in a verify's pick, and the
+    # reply ends there as it does without
+    req POST /v1/completions '{"prompt":"x","grammar":"root ::= \"a\" <[1]> \"b\"","max_tokens":8,"temperature":0}'
+    python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["choices"][0]; assert c["finish_reason"]=="grammar_dead_end" and c["text"]=="a", c' \
+        "$tmp/resp" && ok || bad "a dead end ($kind): $code $(head -c 300 "$tmp/resp")"
     req GET /metrics
     cp "$tmp/resp" "$tmp/$kind.metrics"
     stop
 done
 
 contents "$tmp"/plain.? "$tmp"/draft.?
-for r in a b c s; do
+for r in a b c s j; do
     if [ -s "$tmp/plain.$r.txt" ] && cmp -s "$tmp/plain.$r.txt" "$tmp/draft.$r.txt"; then ok
     else bad "reply $r with --draft 3 differs: '$(head -c 200 "$tmp/draft.$r.txt")' vs '$(head -c 200 "$tmp/plain.$r.txt")'"; fi
 done

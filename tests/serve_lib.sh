@@ -1,6 +1,7 @@
 # serve_lib.sh - what the server tests share (after lib.sh): the test model (the tiny geometry
 # with synthesized weights, the real 129,280-token vocabulary and the V4.1 tokenizer) in $m,
-# servers started on kernel-chosen ports, requests with curl, and OpenAI's error shape.
+# servers started on kernel-chosen ports, requests with curl, OpenAI's error shape, and the node
+# scripts that drive a server through an npm client.
 data=${DSV41_SHARED:-../shared}
 for f in "$data/models/tiny_text.json" "$data/tokenizer/deepseek-v3/tokenizer.json" "$data/tokenizer/v41_added_tokens.json"; do
     if [ ! -f "$f" ]; then bad "shared data not found: $f"; finish; exit 1; fi
@@ -62,4 +63,18 @@ budget() {
     printf '{"messages":[{"role":"user","content":"Question 2: what is 2 + 2?"}],"options":{"thinking_mode":"thinking"}}' >"$tmp/think.json"
     $dsv41 render --chat "$tmp/think.json" >"$tmp/think.txt"
     python3 tests/serve_budget.py "$port" "$tmp/think.json" "$(cat "$tmp/think.txt")" && ok || bad "$1"
+}
+
+# client NAME PACKAGE SCRIPT: a node script (tests/client_lib.mjs) driving the server on $port
+# through an npm package, with $tmp/hello as its expected file and $n as its max tokens; its FAIL
+# lines are shown and its closing line is one case
+client() {
+    if [ ! -d "tests/node/node_modules/$2" ] || ! command -v node >/dev/null; then
+        bad "node or the $2 npm package is missing (make test installs the packages: npm ci --prefix tests/node)"
+        return
+    fi
+    out=$(node "$3" "http://127.0.0.1:$port" "$tmp/hello" $n 2>&1)
+    printf '%s\n' "$out" | grep '^FAIL' | sed "s/^FAIL: /FAIL: $1: /"
+    line=$(printf '%s\n' "$out" | tail -n 1)
+    case $line in *" passed, 0 failed") ok ;; *) bad "$1: $line" ;; esac
 }

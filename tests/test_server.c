@@ -68,7 +68,9 @@ static void read_event(gen_kind kind, const dsv41_json *e, streamed *s) {
         if (!strcmp(type, "response.output_text.delta")) jb_puts(&s->content, str(e, "delta"));
         else if (!strcmp(type, "response.reasoning_text.delta")) jb_puts(&s->reasoning, str(e, "delta"));
         else if (!strcmp(type, "response.function_call_arguments.done")) jb_puts(&s->args, str(e, "arguments"));
-        else if (!strcmp(type, "response.output_item.done") && !strcmp(str(dsv41_json_get(e, "item"), "type"), "function_call"))
+        else if (!strcmp(type, "response.custom_tool_call_input.done")) jb_puts(&s->args, str(e, "input"));
+        else if (!strcmp(type, "response.output_item.done") && (!strcmp(str(dsv41_json_get(e, "item"), "type"), "function_call") ||
+                                                                 !strcmp(str(dsv41_json_get(e, "item"), "type"), "custom_tool_call")))
             jb_puts(&s->name, str(dsv41_json_get(e, "item"), "name"));
         else if (!strcmp(type, "response.completed") || !strcmp(type, "response.incomplete"))
             snprintf(s->finish, sizeof s->finish, "%s", type + 9);
@@ -190,6 +192,27 @@ static void test_responses(void) {
     dsv41_json_free(r);
 }
 
+/* A custom tool (Codex's apply_patch): the model calls the function of one string parameter it
+ * stands for, and the call comes back as a custom_tool_call item whose input is that string. */
+static void test_responses_custom(void) {
+    static const char body[] = "{\"input\":\"Patch it\",\"stream\":true,\"tools\":[{\"type\":\"custom\",\"name\":\"apply_patch\","
+                               "\"description\":\"Edit files\",\"format\":{\"type\":\"grammar\",\"syntax\":\"lark\",\"definition\":\"start: /.+/\"}}]}";
+    static const char patch[] = "*** Begin Patch\n*** End Patch";
+    static const char reply[] = "\n\n<" DSML " calls>\n<" DSML " invoke name=\"apply_patch\">\n<" DSML " parameter name=\"input\" string=\"true\">"
+                                "*** Begin Patch\n*** End Patch</" DSML " parameter>\n</" DSML " invoke>\n</" DSML " calls>";
+    streamed s = {0};
+    dsv41_json *r = run(GEN_RESPONSE, body, reply, &s);
+    const dsv41_json *item = dsv41_json_at(dsv41_json_get(r, "output"), 0);
+    CHECK(dsv41_json_len(dsv41_json_get(r, "output")) == 1 && !strcmp(str(item, "type"), "custom_tool_call") &&
+              !strcmp(str(item, "name"), "apply_patch") && !strcmp(str(item, "input"), patch) && !strcmp(str(item, "status"), "completed") &&
+              !strncmp(str(item, "call_id"), "call_", 5),
+          "responses: a custom tool's call is a custom_tool_call item with its input");
+    CHECK(s.bad == 0 && s.name.p && !strcmp(s.name.p, "apply_patch") && s.args.p && !strcmp(s.args.p, patch),
+          "responses, streamed: the custom_tool_call and its input (%s)", s.args.p);
+    jb_free(&s.content), jb_free(&s.reasoning), jb_free(&s.name), jb_free(&s.args);
+    dsv41_json_free(r);
+}
+
 int main(void) {
     const char *shared = getenv("DSV41_SHARED");
     char path[1024], added[1024];
@@ -206,6 +229,7 @@ int main(void) {
     test_chat();
     test_messages();
     test_responses();
+    test_responses_custom();
     dsv41_tokenizer_free(tok);
     return test_summary();
 }

@@ -25,6 +25,7 @@
 #include "dsv41.h"
 #include "error.h"
 #include "numerics.h"
+#include "sampler.h"
 
 enum {
     NB = 4096,       /* top-p buckets */
@@ -66,6 +67,8 @@ int32_t dsv41_sample_pick(void *sampler, float *logits, const int32_t *history, 
 }
 
 uint64_t dsv41_sampler_state(const dsv41_sampler *s) { return s->state; }
+int32_t sampler_vocab(const dsv41_sampler *s) { return s->vocab; }
+const dsv41_sampler_params *sampler_params(const dsv41_sampler *s) { return &s->p; }
 void dsv41_sampler_set_state(dsv41_sampler *s, uint64_t state) { s->state = state; }
 
 dsv41_sampler_params dsv41_sampler_params_default(void) {
@@ -201,18 +204,21 @@ static void weigh(const float *l, float top, float t, float *w) {
 int32_t dsv41_sample(dsv41_sampler *s, const float *logits) {
     int32_t V = s->vocab;
     if (s->p.temperature == 0.0f) return argmax_f32(logits, V);
-    /* the range of the logits in four independent lanes (a max is exact in any order) */
-    float top4[4] = {logits[0], logits[0], logits[0], logits[0]}, low4[4] = {logits[0], logits[0], logits[0], logits[0]};
+    /* the range of the logits in four independent lanes (a max is exact in any order); a
+     * masked logit (-INFINITY, a constraint's) is left out of the low end, where it would
+     * stretch the top-p buckets to infinity and put every token into the first */
+    float top4[4] = {logits[0], logits[0], logits[0], logits[0]}, low4[4] = {INFINITY, INFINITY, INFINITY, INFINITY};
     for (int32_t i = 0; i < V; i += 4)
         for (int32_t j = 0; j < 4 && i + j < V; j++) {
             top4[j] = logits[i + j] > top4[j] ? logits[i + j] : top4[j];
-            low4[j] = logits[i + j] < low4[j] ? logits[i + j] : low4[j];
+            low4[j] = logits[i + j] < low4[j] && logits[i + j] != -INFINITY ? logits[i + j] : low4[j];
         }
     float top = top4[0], low = low4[0];
     for (int j = 1; j < 4; j++) {
         top = top4[j] > top ? top4[j] : top;
         low = low4[j] < low ? low4[j] : low;
     }
+    if (low > top) low = top; /* every logit masked */
     /* top-k: the k-th token of the order; a token is kept when it is not after it */
     int topk = s->p.top_k > 0 && s->p.top_k < V;
     cand kth = {0};

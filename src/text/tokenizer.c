@@ -25,6 +25,7 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <pthread.h>
 
 #include "dsv41.h"
 #include "error.h"
@@ -73,6 +74,9 @@ struct dsv41_tokenizer {
     pcre2_code *split[MAX_SPLITS];
     int32_t n_split;
     int32_t bos, eos;       /* begin / end of sentence ids, -1 when absent */
+    pthread_mutex_t derived_lock; /* guards the next two, made on first use */
+    void *derived;          /* data derived once from the tokens (constraint.c's tries), or NULL */
+    void (*derived_free)(void *);
 };
 
 /* ---- UTF-8 */
@@ -520,6 +524,7 @@ static dsv41_tokenizer *load(const char *path, const char *added_path) {
         return NULL;
     }
     dsv41_tokenizer *t = calloc(1, sizeof *t);
+    if (t) pthread_mutex_init(&t->derived_lock, NULL);
     int rc = t ? build(t, root, rep, added_path) : set_error("out of memory");
     json_free(root);
     json_free(rep);
@@ -551,7 +556,18 @@ void dsv41_tokenizer_free(dsv41_tokenizer *t) {
     free(t->off);
     free(t->len);
     free(t->kind);
+    if (t->derived) t->derived_free(t->derived);
+    pthread_mutex_destroy(&t->derived_lock);
     free(t);
+}
+
+void *tokenizer_derived(const dsv41_tokenizer *t, void *(*make)(const dsv41_tokenizer *), void (*free_fn)(void *)) {
+    dsv41_tokenizer *w = (dsv41_tokenizer *)t; /* the slot is the one thing a shared tokenizer changes, under its lock */
+    pthread_mutex_lock(&w->derived_lock);
+    if (!w->derived && (w->derived = make(t))) w->derived_free = free_fn;
+    void *d = w->derived;
+    pthread_mutex_unlock(&w->derived_lock);
+    return d;
 }
 
 int32_t dsv41_tokenizer_n_vocab(const dsv41_tokenizer *t) { return t->n_vocab; }
@@ -567,6 +583,14 @@ int tokenizer_is_special(const dsv41_tokenizer *t, int32_t id) {
 }
 
 int dsv41_token_is_special(const dsv41_tokenizer *t, int32_t id) { return tokenizer_is_special(t, id); }
+
+int tokenizer_is_added(const dsv41_tokenizer *t, int32_t id) {
+    return id >= 0 && id < t->n_vocab && (t->kind[id] == TOK_ADDED || t->kind[id] == TOK_SPECIAL);
+}
+
+int32_t tokenizer_added_at(const dsv41_tokenizer *t, const char *p, size_t n, size_t *len) {
+    return trie_longest(t, (const unsigned char *)p, n, len);
+}
 
 /* The special tokens that mark a reply's parts: the start and end of its reasoning and the DSML
  * tool-call marker. Reply text keeps them even when it leaves special tokens out, because its

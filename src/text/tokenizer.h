@@ -11,6 +11,16 @@
  * A replacement table without flags keeps the base file's flag for the same spelling and
  * marks spellings the base file lacks as special. */
 int tokenizer_is_special(const dsv41_tokenizer *t, int32_t id);
+/* 1 when id is an added token (special or not): its spelling is never ordinary text. */
+int tokenizer_is_added(const dsv41_tokenizer *t, int32_t id);
+/* The longest added token whose spelling p [n] starts with: its id (spelling length in *len),
+ * or -1 (then *len is not set). */
+int32_t tokenizer_added_at(const dsv41_tokenizer *t, const char *p, size_t n, size_t *len);
+/* Data derived once from t's tokens, shared by every user of t: made by make(t) on the first
+ * call (under t's lock, so concurrent callers wait and then share it) and freed with t by
+ * free_fn. One kind of data per tokenizer (the constraints' token tries). NULL when make failed
+ * (its error set); a later call tries again. */
+void *tokenizer_derived(const dsv41_tokenizer *t, void *(*make)(const dsv41_tokenizer *), void (*free_fn)(void *));
 /* Sets the begin / end of sentence ids (-1: none); returns -1 for an id outside. */
 int tokenizer_set_ends(dsv41_tokenizer *t, int32_t bos, int32_t eos);
 /* The offset of the first byte of text [n] that is not valid UTF-8 (an overlong form, a code

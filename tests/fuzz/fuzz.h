@@ -4,6 +4,7 @@
 #ifndef DSV41_FUZZ_H
 #define DSV41_FUZZ_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,44 @@ static inline const char *fuzz_file(const char *name, const uint8_t *p, size_t n
     if (!f || (n && fwrite(p, 1, n, f) != n)) abort();
     fclose(f);
     return path;
+}
+
+/* The V4.1 tokenizer (the V3 tokenizer.json with the V4.1 added tokens) from $DSV41_SHARED or
+ * ../shared; aborts when it cannot be read. */
+static inline dsv41_tokenizer *fuzz_v41_tokenizer(void) {
+    const char *shared = getenv("DSV41_SHARED");
+    char path[1024], added[1024];
+    snprintf(path, sizeof path, "%s/tokenizer/deepseek-v3/tokenizer.json", shared && *shared ? shared : "../shared");
+    snprintf(added, sizeof added, "%s/tokenizer/v41_added_tokens.json", shared && *shared ? shared : "../shared");
+    dsv41_tokenizer *t = dsv41_tokenizer_load_with_added(path, added);
+    if (!t) { fprintf(stderr, "%s\n", dsv41_error()); abort(); }
+    return t;
+}
+
+/* Drives a constraint of g through a few steps, each picking the allowed token that pick [n]
+ * (cycled) numbers: the mask's count must be its finite logits, the pick must be allowed and
+ * accepted, and a token the mask refused must be refused by allows and accept. */
+static inline void fuzz_constraint_walk(const dsv41_tokenizer *tok, const dsv41_grammar *g, const uint8_t *pick, size_t n) {
+    int32_t V = dsv41_tokenizer_n_vocab(tok), eos = dsv41_tokenizer_eos(tok);
+    float *logits = malloc((size_t)V * sizeof *logits);
+    dsv41_constraint *c = dsv41_constraint_new(g, &eos, 1, -1); /* NULL: a start past a limit, an error */
+    for (size_t step = 0; c && logits && step < 8 && dsv41_constraint_status(c) != DSV41_CONSTRAINT_DONE; step++) {
+        for (int32_t i = 0; i < V; i++) logits[i] = 0.0f;
+        int32_t allowed = dsv41_constraint_mask(c, logits, V), count = 0, chosen = -1, refused = -1;
+        uint32_t want = n ? pick[step % n] : 0;
+        for (int32_t i = 0; i < V; i++) {
+            if (isinf(logits[i])) {
+                if (refused < 0 || i % 7 == (int32_t)(want % 7)) refused = i;
+            } else if ((uint32_t)count++ == want || chosen < 0) chosen = i;
+        }
+        if (count != allowed) abort();
+        if (allowed == 0) break;
+        if (refused >= 0 && (dsv41_constraint_allows(c, refused) || dsv41_constraint_accept(c, refused) == 0)) abort();
+        if (!dsv41_constraint_allows(c, chosen) || dsv41_constraint_accept(c, chosen)) abort();
+        if (chosen == eos) break;
+    }
+    dsv41_constraint_free(c);
+    free(logits);
 }
 
 #endif

@@ -9,7 +9,7 @@ out=$1
 shared=${DSV41_SHARED:-../shared}
 golden=${DSV41_GOLDEN:-$shared/golden/ds41_tiny_golden.json}
 rm -rf "$out"
-mkdir -p "$out/checkpoint" "$out/tokenizer" "$out/tokenize" "$out/chat" "$out/golden" "$out/session" "$out/api"
+mkdir -p "$out/checkpoint" "$out/tokenizer" "$out/tokenize" "$out/chat" "$out/golden" "$out/session" "$out/api" "$out/grammar" "$out/schema"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 ./dsv41 convert --golden "$golden" --dtype bf16 -o "$work/bf16" >/dev/null
@@ -36,6 +36,18 @@ for i, v in enumerate(json.load(open(os.path.join(shared, "tokenizer", "vectors.
 for name in ("chat_vectors.json", "chat_vectors_v4.json"):
     for i, c in enumerate(json.load(open(os.path.join(shared, "tokenizer", name), encoding="utf-8"))):
         put("chat", "%s-%02d" % (name[:-5], i), json.dumps({k: c[k] for k in ("messages", "tools", "options") if k in c}, ensure_ascii=False))
+
+# schema: every schema of the test table; grammar: grammars in the documented form
+for i, c in enumerate(json.load(open("tests/data/schema_cases.json", encoding="utf-8"))["cases"]):
+    put("schema", "case%02d" % i, json.dumps(c["schema"]))
+grammars = [
+    'root ::= "{" ws "\\"a\\"" ws ":" ws num ws "}"\nws ::= [ \\t\\n]{0,3}\nnum ::= "-"? [0-9]{1,4}\n',
+    '# comment\nroot ::= item ("," item)*\nitem ::= [a-z\\u00e9]+ | "(" root ")"\n',
+    'root ::= <think> [^<]* </think> ("yes" | "no"){1,2} <[1]>?\n',
+    'root ::= "<\uff5cDSML\uff5c calls>" . .? [\\x41-\\x5A]{2,}\n',
+]
+for i, g in enumerate(grammars):
+    put("grammar", "g%d" % i, g + "abcd")
 
 # tokenizer: the V3 tokenizer.json cut to its first 300 tokens and the merges among them
 t = json.load(open(os.path.join(shared, "tokenizer", "deepseek-v3", "tokenizer.json"), encoding="utf-8"))
@@ -118,6 +130,24 @@ api("messages-bad", MSG, {"model": "m", "max_tokens": 0, "messages": []})
 api("count-tokens", COUNT, {"model": "m", "system": [{"type": "text", "text": "Be brief."}], "tools": [tool],
     "messages": [{"role": "user", "content": "Hi"}]})
 api("count-tokens-bad", COUNT, {"model": "m"})
+# structured output (server/structured.c): schemas, a grammar, strict and forced tools, agents' fields
+schema = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}, "b": {"enum": ["x", "y"]}},
+          "required": ["a"], "additionalProperties": False}
+api("structured-chat", 0, {"messages": [{"role": "user", "content": "JSON"}], "max_tokens": 32,
+    "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": schema, "strict": True}}}, '{"a": 3, "b": "x"}')
+api("structured-grammar", 1, {"prompt": "x", "grammar": 'root ::= ("yes" | "no") [0-9]{1,3}', "max_tokens": 8}, "yes12")
+api("structured-tools", 4, {"messages": [{"role": "user", "content": "Call"}], "tool_choice": "required", "parallel_tool_calls": False,
+    "tools": [{"type": "function", "function": {"name": "set", "parameters": schema, "strict": True}}]}, call[0])
+api("structured-messages", MSG, {"model": "m", "max_tokens": 64, "tools": [tool], "tool_choice": {"type": "any"},
+    "system": [{"type": "text", "text": "x-anthropic-billing-header: cc_version=1; cch=2;"}, {"type": "text", "text": "Be brief."}],
+    "thinking": {"type": "adaptive"}, "output_config": {"effort": "high", "format": {"type": "json_schema", "schema": schema}},
+    "messages": [{"role": "user", "content": "Hi"}, {"role": "system", "content": "Reminder."}]}, call[0])
+api("responses-custom", RESP + 4, {"model": "m", "stream": True, "tools": [{"type": "custom", "name": "apply_patch",
+    "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}], "input": [
+    {"role": "user", "content": "Patch"}, {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": "*** Begin Patch"},
+    {"type": "custom_tool_call_output", "call_id": "c1", "output": "Done"}]}, call[0].replace("get_weather", "apply_patch"))
+api("structured-responses", RESP, {"model": "m", "input": "Hi", "parallel_tool_calls": False, "store": False,
+    "text": {"format": {"type": "json_schema", "name": "t", "schema": schema, "strict": True}}}, '{"a": 1}')
 api("tokenize", 2, {"content": "Hello <｜User｜> world \u00e9", "parse_special": True})
 api("detokenize", 3, {"tokens": [0, 1, 100, 128000, 128799]})
 PY
