@@ -87,11 +87,19 @@ def flags_of(cmd):
 
 def check_commands(text, where):
     """Every dsv41 command in a shell text: a command dsv41 knows, flags its --help names."""
-    words = []
+    words, held = [], ""
     for line in text.replace("\\\n", " ").split("\n"):
-        lex = shlex.shlex(line, posix=True, punctuation_chars=True)
+        held += line
+        lex = shlex.shlex(held, posix=True, punctuation_chars=True)
         lex.whitespace_split, lex.commenters = True, "#"
-        words += list(lex) + [";"]
+        try:
+            words += list(lex) + [";"]
+            held = ""
+        except ValueError:  # a quote open across lines: the command goes on on the next one
+            held += "\n"
+    if held:
+        bad("%s: a quote is never closed in: %s" % (where, held.strip()))
+        return
     cmds, one = [], []
     for w in words:
         if w and set(w) <= set(";&|()<>"):
