@@ -27,7 +27,7 @@ static int rx_fail(rx *r, const char *why) {
 
 static int rx_alt(rx *r, strbuf *b);
 
-/* The class members of \\d \\w \\s (\\s: a space, the one white space a JSON string holds unescaped). */
+/* The class members of \d \w \s (\s: a space, the one white space a JSON string holds unescaped). */
 static const char *class_escape(char e) {
     switch (e) {
     case 'd': return "0-9";
