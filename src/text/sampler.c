@@ -248,6 +248,10 @@ int32_t dsv41_sample(dsv41_sampler *s, const float *logits) {
         if (best < 0 && logits[i] == top) best = i;
         s->bucket[i] = OUT;
         if (topk && before(&kth, &me)) continue;
+        /* a masked logit (a constraint's -INFINITY) has probability 0: it stays out of the top-p
+         * buckets, where a sparse mask would otherwise put the whole vocabulary into the last
+         * one (one slow select a token) and a rounding fallback could return it */
+        if (logits[i] == -INFINITY) continue;
         float d = (top - logits[i]) * scale;
         uint16_t b = s->w[i] < s->p.min_p ? OUT : d < (float)(NB - 1) ? (uint16_t)d : NB - 1;
         s->bucket[i] = b;

@@ -22,6 +22,8 @@
 
 #include "error.h"
 #include "json.h"
+#include "pattern.h"
+#include "strbuf.h"
 #include "tokenizer.h"
 
 enum {
@@ -31,39 +33,6 @@ enum {
     MAX_REFS = 4096,       /* distinct $ref targets */
     MAX_DIGITS = 16,       /* digits of an integer part, as llama.cpp's converter */
 };
-
-typedef struct {
-    char *s;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *p, size_t n) {
-    if (b->oom || n == 0) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t c = b->cap ? b->cap : 256;
-        while (c < b->n + n + 1) c *= 2;
-        char *ns = realloc(b->s, c);
-        if (!ns) { b->oom = 1; return; }
-        b->s = ns, b->cap = c;
-    }
-    memcpy(b->s + b->n, p, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-
-static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-static void sb_fmt(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_fmt(sbuf *b, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n >= (int)sizeof tmp) n = (int)sizeof tmp - 1;
-    if (n > 0) sb_put(b, tmp, (size_t)n);
-}
 
 /* The schemas one node is read from: allOf's parts and an anyOf branch's parent lend their
  * keywords; a keyword is taken from the first that has it. */
@@ -76,7 +45,7 @@ typedef struct {
 typedef struct {
     const json *root;
     const char *prefix;
-    sbuf out;                 /* the rules */
+    strbuf out;                 /* the rules */
     int n_rules;
     const char *ref[MAX_REFS];/* $ref targets met, by text; ref_rule[i] their rules */
     int ref_rule[MAX_REFS], n_refs;
@@ -125,75 +94,63 @@ static size_t path_push(ctx *c, const char *kw, const char *key) {
 
 static void path_pop(ctx *c, size_t old) { c->path[old] = 0; }
 
-static void rule_name(ctx *c, sbuf *b, int r) {
-    if (r == 0) sb_fmt(b, "%sroot", c->prefix);
-    else sb_fmt(b, "%ss%d", c->prefix, r);
+static void rule_name(ctx *c, strbuf *b, int r) {
+    if (r == 0) strbuf_fmt(b, "%sroot", c->prefix);
+    else strbuf_fmt(b, "%ss%d", c->prefix, r);
 }
 
-static void base_name(ctx *c, sbuf *b, unsigned which, const char *name) {
+static void base_name(ctx *c, strbuf *b, unsigned which, const char *name) {
     c->used |= which;
-    sb_fmt(b, "%s%s", c->prefix, name);
-}
-
-/* A grammar literal of bytes [n] (escaped for grammar.c). */
-static void lit(sbuf *b, const char *p, size_t n) {
-    sb_str(b, "\"");
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)p[i];
-        if (ch == '"' || ch == '\\') sb_fmt(b, "\\%c", ch);
-        else if (ch < 0x20 || ch == 0x7F) sb_fmt(b, "\\x%02X", ch);
-        else sb_put(b, (const char *)&ch, 1);
-    }
-    sb_str(b, "\"");
+    strbuf_fmt(b, "%s%s", c->prefix, name);
 }
 
 /* v's JSON text, compact, as JSON writes strings (what a const or enum must produce). */
-static void json_text(sbuf *b, const json *v) {
+static void json_text(strbuf *b, const json *v) {
     switch (v->type) {
-    case JSON_NULL: sb_str(b, "null"); break;
-    case JSON_BOOL: sb_str(b, v->num != 0 ? "true" : "false"); break;
+    case JSON_NULL: strbuf_str(b, "null"); break;
+    case JSON_BOOL: strbuf_str(b, v->num != 0 ? "true" : "false"); break;
     case JSON_NUM:
-        if (v->is_int && v->is_neg) sb_fmt(b, "%lld", (long long)(int64_t)v->bits);
-        else if (v->is_int) sb_fmt(b, "%llu", (unsigned long long)v->bits);
+        if (v->is_int && v->is_neg) strbuf_fmt(b, "%lld", (long long)(int64_t)v->bits);
+        else if (v->is_int) strbuf_fmt(b, "%llu", (unsigned long long)v->bits);
         else { /* the shortest digits that read back as the same double */
             char t[40];
             for (int prec = 15; prec <= 17; prec++)
                 if (snprintf(t, sizeof t, "%.*g", prec, v->num), strtod(t, NULL) == v->num) break;
-            sb_str(b, t);
+            strbuf_str(b, t);
         }
         break;
     case JSON_STR:
-        sb_str(b, "\"");
+        strbuf_str(b, "\"");
         for (size_t i = 0; i < v->len; i++) {
             unsigned char ch = (unsigned char)v->str[i];
-            if (ch == '"' || ch == '\\') sb_fmt(b, "\\%c", ch);
-            else if (ch < 0x20) sb_fmt(b, "\\u%04x", ch);
-            else sb_put(b, (const char *)&ch, 1);
+            if (ch == '"' || ch == '\\') strbuf_fmt(b, "\\%c", ch);
+            else if (ch < 0x20) strbuf_fmt(b, "\\u%04x", ch);
+            else strbuf_put(b, (const char *)&ch, 1);
         }
-        sb_str(b, "\"");
+        strbuf_str(b, "\"");
         break;
     case JSON_ARR:
     case JSON_OBJ:
-        sb_str(b, v->type == JSON_ARR ? "[" : "{");
+        strbuf_str(b, v->type == JSON_ARR ? "[" : "{");
         for (size_t i = 0; i < v->len; i++) {
-            if (i) sb_str(b, ",");
+            if (i) strbuf_str(b, ",");
             if (v->type == JSON_OBJ) {
                 json k = {.type = JSON_STR, .str = v->keys[i], .len = strlen(v->keys[i])};
                 json_text(b, &k);
-                sb_str(b, ":");
+                strbuf_str(b, ":");
             }
             json_text(b, &v->items[i]);
         }
-        sb_str(b, v->type == JSON_ARR ? "]" : "}");
+        strbuf_str(b, v->type == JSON_ARR ? "]" : "}");
         break;
     }
 }
 
-static void json_lit(sbuf *b, const json *v) {
-    sbuf t = {0};
+static void json_lit(strbuf *b, const json *v) {
+    strbuf t = {0};
     json_text(&t, v);
     if (t.oom) b->oom = 1;
-    else lit(b, t.s, t.n);
+    else strbuf_lit(b, t.s, t.n);
     free(t.s);
 }
 
@@ -211,10 +168,10 @@ static int sub(ctx *c, const json *schema, const char *kw, const char *key) {
 /* ---- integers as digit grammars */
 
 /* The digits of [lo, hi] (same length, as text), into b. */
-static void digit_range(sbuf *b, const char *lo, const char *hi, int n) {
+static void digit_range(strbuf *b, const char *lo, const char *hi, int n) {
     if (n == 0) return;
     if (lo[0] == hi[0]) {
-        sb_fmt(b, "\"%c\" ", lo[0]);
+        strbuf_fmt(b, "\"%c\" ", lo[0]);
         digit_range(b, lo + 1, hi + 1, n - 1);
         return;
     }
@@ -222,31 +179,31 @@ static void digit_range(sbuf *b, const char *lo, const char *hi, int n) {
     for (int i = 1; i < n; i++) lo_zeros &= lo[i] == '0', hi_nines &= hi[i] == '9';
     char nines[24], zeros[24];
     memset(nines, '9', sizeof nines), memset(zeros, '0', sizeof zeros);
-    sb_str(b, "(");
+    strbuf_str(b, "(");
     char a = lo[0], z = hi[0];
     int first = 1;
     if (!lo_zeros) {
-        sb_fmt(b, "\"%c\" ", lo[0]);
+        strbuf_fmt(b, "\"%c\" ", lo[0]);
         digit_range(b, lo + 1, nines, n - 1);
         a++;
         first = 0;
     }
     char zz = hi_nines ? z : (char)(z - 1);
     if (a <= zz) {
-        sb_fmt(b, "%s[%c-%c]", first ? "" : " | ", a, zz);
-        if (n > 1) sb_fmt(b, " [0-9]{%d}", n - 1);
+        strbuf_fmt(b, "%s[%c-%c]", first ? "" : " | ", a, zz);
+        if (n > 1) strbuf_fmt(b, " [0-9]{%d}", n - 1);
         first = 0;
     }
     if (!hi_nines) {
-        sb_fmt(b, "%s\"%c\" ", first ? "" : " | ", z);
+        strbuf_fmt(b, "%s\"%c\" ", first ? "" : " | ", z);
         digit_range(b, zeros, hi + 1, n - 1);
     }
-    sb_str(b, ")");
+    strbuf_str(b, ")");
 }
 
 /* The decimal digits of the non-negative integers [lo, hi] (no leading zeros), into b as
  * alternatives; nothing when lo > hi. Returns how many alternatives were written. */
-static int uint_range(sbuf *b, int64_t lo, int64_t hi, int first) {
+static int uint_range(strbuf *b, int64_t lo, int64_t hi, int first) {
     int n = 0;
     int64_t p = 1;
     for (int d = 1; d <= 18 && lo <= hi; d++, p *= 10) {
@@ -255,7 +212,7 @@ static int uint_range(sbuf *b, int64_t lo, int64_t hi, int first) {
         char sa[24], sz[24];
         snprintf(sa, sizeof sa, "%lld", (long long)a);
         snprintf(sz, sizeof sz, "%lld", (long long)z);
-        sb_str(b, first && !n ? "" : " | ");
+        strbuf_str(b, first && !n ? "" : " | ");
         digit_range(b, sa, sz, d);
         n++;
     }
@@ -264,16 +221,16 @@ static int uint_range(sbuf *b, int64_t lo, int64_t hi, int first) {
 
 /* Integers in [lo, hi] (either may be "none": INT64_MIN / INT64_MAX mean unbounded, held to
  * MAX_DIGITS digits). Returns the alternatives written. */
-static int int_range(sbuf *b, int64_t lo, int64_t hi) {
+static int int_range(strbuf *b, int64_t lo, int64_t hi) {
     const int64_t cap = 9999999999999999LL; /* MAX_DIGITS nines */
     if (lo < -cap) lo = -cap;
     if (hi > cap) hi = cap;
     int n = 0;
     if (hi >= 0) n += uint_range(b, lo > 0 ? lo : 0, hi, 1);
     if (lo < 0) { /* "-" then the magnitudes [max(1, -hi), -lo] */
-        sbuf t = {0};
+        strbuf t = {0};
         int k = uint_range(&t, hi < 0 ? -hi : 1, -lo, 1);
-        if (k) sb_fmt(b, "%s\"-\" (%s)", n ? " | " : "", t.s), n++;
+        if (k) strbuf_fmt(b, "%s\"-\" (%s)", n ? " | " : "", t.s), n++;
         if (t.oom) b->oom = 1;
         free(t.s);
     }
@@ -324,19 +281,19 @@ static int int_bounds(ctx *c, const view *v, int64_t *lo, int64_t *hi) {
 
 /* ---- the node kinds */
 
-static void emit_integer(ctx *c, const view *v, sbuf *b) {
+static void emit_integer(ctx *c, const view *v, strbuf *b) {
     int64_t lo, hi;
     if (int_bounds(c, v, &lo, &hi)) return;
     if (lo == INT64_MIN && hi == INT64_MAX) { base_name(c, b, B_INTEGER, "integer"); return; }
-    sb_str(b, "(");
+    strbuf_str(b, "(");
     if (!int_range(b, lo, hi)) fail(c, "leave no integer", "minimum/maximum");
-    sb_str(b, ")");
+    strbuf_str(b, ")");
 }
 
 /* A number under bounds: an integer part n and an optional fraction, where [n, n + 1) (or
  * (-(n + 1), -n]) lies inside the bounds, or n alone where n does; no exponent. A value between
  * a fractional bound and the next integer is left out. */
-static void emit_number(ctx *c, const view *v, sbuf *b) {
+static void emit_number(ctx *c, const view *v, strbuf *b) {
     double lo = -INFINITY, hi = INFINITY, x;
     int lo_ex = 0, hi_ex = 0, h;
     if ((h = bound(c, v, "minimum", "exclusiveMinimum", &x, &lo_ex)) < 0) return;
@@ -358,21 +315,21 @@ static void emit_number(ctx *c, const view *v, sbuf *b) {
     double glo = -khi > 1 ? -khi : 1, ghi = floor(-L) - 1;
     if (fhi > cap) fhi = cap;
     if (ghi > cap) ghi = cap;
-    sb_str(b, "(");
+    strbuf_str(b, "(");
     int n = int_range(b, (int64_t)klo, (int64_t)khi);
     if (flo <= fhi) {
-        sb_str(b, n ? " | (" : "(");
+        strbuf_str(b, n ? " | (" : "(");
         uint_range(b, (int64_t)flo, (int64_t)fhi, 1);
-        sb_str(b, ") \".\" [0-9]{1,16}");
+        strbuf_str(b, ") \".\" [0-9]{1,16}");
         n++;
     }
     if (glo <= ghi) {
-        sb_str(b, n ? " | \"-\" (" : "\"-\" (");
+        strbuf_str(b, n ? " | \"-\" (" : "\"-\" (");
         uint_range(b, (int64_t)glo, (int64_t)ghi, 1);
-        sb_str(b, ") \".\" [0-9]{1,16}");
+        strbuf_str(b, ") \".\" [0-9]{1,16}");
         n++;
     }
-    sb_str(b, ")");
+    strbuf_str(b, ")");
     if (!n) fail(c, "leave no number", "minimum/maximum");
 }
 
@@ -385,11 +342,8 @@ static int64_t count_kw(ctx *c, const view *v, const char *key, int64_t def) {
     return n;
 }
 
-static void emit_pattern(ctx *c, const char *re, sbuf *b);
 
-static int utf8_len(unsigned char ch) { return ch < 0x80 ? 1 : ch >= 0xF0 ? 4 : ch >= 0xE0 ? 3 : ch >= 0xC0 ? 2 : 1; }
-
-static void emit_string(ctx *c, const view *v, sbuf *b) {
+static void emit_string(ctx *c, const view *v, strbuf *b) {
     const json *fmt = get(v, "format"), *pat = get(v, "pattern");
     int64_t lo = count_kw(c, v, "minLength", 0), hi = count_kw(c, v, "maxLength", -1);
     if (c->failed) return;
@@ -398,8 +352,9 @@ static void emit_string(ctx *c, const view *v, sbuf *b) {
     if (fmt && pat) { fail(c, "together with pattern is not supported", "format"); return; }
     if (pat) {
         if (pat->type != JSON_STR) { fail(c, "must be a string", "pattern"); return; }
+        const char *why;
         size_t old = path_push(c, "pattern", NULL);
-        emit_pattern(c, pat->str, b);
+        if (pattern_grammar(pat->str, b, &why)) fail(c, why, "pattern");
         path_pop(c, old);
         return;
     }
@@ -420,14 +375,14 @@ static void emit_string(ctx *c, const view *v, sbuf *b) {
         if (fmt->type != JSON_STR) { fail(c, "must be a string", "format"); return; }
         for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
             if (strcmp(fmt->str, formats[i][0])) continue;
-            sb_str(b, "\"\\\"\" ");
+            strbuf_str(b, "\"\\\"\" ");
             for (const char *p = formats[i][1]; *p; p++) {
-                if (!strncmp(p, "DATE", 4)) sb_fmt(b, "(%s)", date), p += 3;
-                else if (!strncmp(p, "TIME", 4)) sb_fmt(b, "(%s)", time), p += 3;
-                else if (*p == 'H') sb_str(b, "[0-9a-f]");
-                else sb_put(b, p, 1);
+                if (!strncmp(p, "DATE", 4)) strbuf_fmt(b, "(%s)", date), p += 3;
+                else if (!strncmp(p, "TIME", 4)) strbuf_fmt(b, "(%s)", time), p += 3;
+                else if (*p == 'H') strbuf_str(b, "[0-9a-f]");
+                else strbuf_put(b, p, 1);
             }
-            sb_str(b, " \"\\\"\"");
+            strbuf_str(b, " \"\\\"\"");
             return;
         }
         fail(c, "is not one of the supported formats (date, time, date-time, uuid, email)", "format");
@@ -435,23 +390,23 @@ static void emit_string(ctx *c, const view *v, sbuf *b) {
     }
     if (hi >= 0 && hi < lo) { fail(c, "is below minLength", "maxLength"); return; }
     if (lo == 0 && hi < 0) { base_name(c, b, B_STRING, "string"); return; }
-    sb_str(b, "\"\\\"\" ");
+    strbuf_str(b, "\"\\\"\" ");
     base_name(c, b, B_STRING, "char");
-    if (hi < 0) sb_fmt(b, "{%lld,}", (long long)lo);
-    else sb_fmt(b, "{%lld,%lld}", (long long)lo, (long long)hi);
-    sb_str(b, " \"\\\"\"");
+    if (hi < 0) strbuf_fmt(b, "{%lld,}", (long long)lo);
+    else strbuf_fmt(b, "{%lld,%lld}", (long long)lo, (long long)hi);
+    strbuf_str(b, " \"\\\"\"");
 }
 
 /* Appends " ws \",\" ws " or the like: the separators of arrays and objects. */
-static void sep(ctx *c, sbuf *b, const char *ch) {
-    sb_str(b, " ");
+static void sep(ctx *c, strbuf *b, const char *ch) {
+    strbuf_str(b, " ");
     base_name(c, b, B_WS, "ws");
-    sb_fmt(b, " \"%s\" ", ch);
+    strbuf_fmt(b, " \"%s\" ", ch);
     base_name(c, b, B_WS, "ws");
-    sb_str(b, " ");
+    strbuf_str(b, " ");
 }
 
-static void emit_array(ctx *c, const view *v, sbuf *b) {
+static void emit_array(ctx *c, const view *v, strbuf *b) {
     const json *items = get(v, "items"), *prefix = get(v, "prefixItems");
     int64_t lo = count_kw(c, v, "minItems", 0), hi = count_kw(c, v, "maxItems", -1);
     if (c->failed) return;
@@ -471,38 +426,38 @@ static void emit_array(ctx *c, const view *v, sbuf *b) {
     } else if (hi < 0 || hi > k) hi = k;
     if (c->failed) { free(pr); return; }
     if (hi >= 0 && hi < lo) { fail(c, "is below minItems (or what items allow)", "maxItems"); free(pr); return; }
-    sb_str(b, "\"[\" ");
+    strbuf_str(b, "\"[\" ");
     base_name(c, b, B_WS, "ws");
-    sb_str(b, " ");
+    strbuf_str(b, " ");
     /* element i, i from 0: present if i < lo, else optional with everything after it */
     int opened = 0;
     int64_t i = 0;
     for (; i < k && (hi < 0 || i < hi); i++) {
-        if (i >= lo) sb_str(b, "("), opened++;
+        if (i >= lo) strbuf_str(b, "("), opened++;
         if (i > 0) sep(c, b, ",");
         rule_name(c, b, pr[i]);
-        sb_str(b, " ");
+        strbuf_str(b, " ");
     }
     if (rest >= 0 && (hi < 0 || i < hi)) {
         int64_t need = lo > i ? lo - i : 0, room = hi < 0 ? -1 : hi - i;
         if (i == 0) { /* the first element has no separator */
-            if (need == 0) sb_str(b, "("), opened++;
+            if (need == 0) strbuf_str(b, "("), opened++;
             rule_name(c, b, rest);
             need = need > 0 ? need - 1 : 0;
             room = room < 0 ? -1 : room - 1;
         }
         if (room != 0) {
-            sb_str(b, " (");
+            strbuf_str(b, " (");
             sep(c, b, ",");
             rule_name(c, b, rest);
-            if (room < 0) sb_fmt(b, "){%lld,}", (long long)need);
-            else sb_fmt(b, "){%lld,%lld}", (long long)need, (long long)room);
+            if (room < 0) strbuf_fmt(b, "){%lld,}", (long long)need);
+            else strbuf_fmt(b, "){%lld,%lld}", (long long)need, (long long)room);
         }
     }
-    for (; opened > 0; opened--) sb_str(b, ")?");
-    sb_str(b, " ");
+    for (; opened > 0; opened--) strbuf_str(b, ")?");
+    strbuf_str(b, " ");
     base_name(c, b, B_WS, "ws");
-    sb_str(b, " \"]\"");
+    strbuf_str(b, " \"]\"");
     free(pr);
 }
 
@@ -510,12 +465,12 @@ static void emit_array(ctx *c, const view *v, sbuf *b) {
  * keys' trie by character from byte offset depth. Each next character of a key leads further
  * down; any other character leaves every key behind, after which anything may follow; the key
  * may end here unless the prefix so far is itself one of the keys. */
-static void except_keys(ctx *c, sbuf *b, const char *const *keys, int n, size_t depth) {
+static void except_keys(ctx *c, strbuf *b, const char *const *keys, int n, size_t depth) {
     const char **group = malloc((size_t)(n ? n : 1) * sizeof *group);
     if (!group) { c->failed = 1, set_error("out of memory"); return; }
-    sbuf cls = {0};
+    strbuf cls = {0};
     int ends = 0, first = 1;
-    sb_str(b, "(");
+    strbuf_str(b, "(");
     for (int i = 0; i < n && !c->failed; i++) {
         size_t len = strlen(keys[i]);
         if (len == depth) { ends = 1; continue; }
@@ -525,20 +480,20 @@ static void except_keys(ctx *c, sbuf *b, const char *const *keys, int n, size_t 
         int g = 0;
         for (int j = 0; j < n; j++)
             if (strlen(keys[j]) > depth && !strncmp(keys[j] + depth, keys[i] + depth, (size_t)k)) group[g++] = keys[j];
-        sb_str(b, first ? "" : " | ");
+        strbuf_str(b, first ? "" : " | ");
         first = 0;
-        lit(b, keys[i] + depth, (size_t)k);
-        sb_str(b, " ");
+        strbuf_lit(b, keys[i] + depth, (size_t)k);
+        strbuf_str(b, " ");
         except_keys(c, b, group, g, depth + (size_t)k);
         unsigned char u = (unsigned char)keys[i][depth];
-        if (u == ']' || u == '\\' || u == '^' || u == '-') sb_fmt(&cls, "\\%c", u);
-        else if (u >= 0x20 && u != '"') sb_put(&cls, keys[i] + depth, (size_t)k);
+        if (u == ']' || u == '\\' || u == '^' || u == '-') strbuf_fmt(&cls, "\\%c", u);
+        else if (u >= 0x20 && u != '"') strbuf_put(&cls, keys[i] + depth, (size_t)k);
     }
     free(group);
-    sb_fmt(b, "%s[^\"\\\\\\x00-\\x1F%s] ", first ? "" : " | ", cls.s ? cls.s : "");
+    strbuf_fmt(b, "%s[^\"\\\\\\x00-\\x1F%s] ", first ? "" : " | ", cls.s ? cls.s : "");
     base_name(c, b, B_KEYCHAR, "keychar*");
-    if (!ends) sb_str(b, " | \"\""); /* the prefix so far is no excluded key: the key may end here */
-    sb_str(b, ")");
+    if (!ends) strbuf_str(b, " | \"\""); /* the prefix so far is no excluded key: the key may end here */
+    strbuf_str(b, ")");
     if (cls.oom) b->oom = 1;
     free(cls.s);
 }
@@ -588,7 +543,7 @@ static const json *key_schema(ctx *c, const view *v, const char *k, int *banned)
     return only;
 }
 
-static void emit_object(ctx *c, const view *v, sbuf *b) {
+static void emit_object(ctx *c, const view *v, strbuf *b) {
     int any_props = 0, any_add = 0;
     size_t cap = 1;
     for (int i = 0; i < v->n; i++) {
@@ -644,7 +599,7 @@ static void emit_object(ctx *c, const view *v, sbuf *b) {
         add_rule = sub(c, add ? add : &anyv, "additionalProperties", NULL);
     }
     if (c->failed) goto out;
-    sbuf key = {0}; /* the grammar of an additional key */
+    strbuf key = {0}; /* the grammar of an additional key */
     if (add_rule >= 0) {
         /* the named keys an additional key could spell (one holding what JSON escapes never is one) */
         const char **plain = malloc((n + 1) * sizeof *plain);
@@ -655,13 +610,13 @@ static void emit_object(ctx *c, const view *v, sbuf *b) {
             for (const unsigned char *p = (const unsigned char *)name[i]; *p && ok; p++) ok = *p >= 0x20 && *p != '"' && *p != '\\';
             if (ok) plain[np++] = name[i];
         }
-        sb_str(&key, "\"\\\"\" ");
+        strbuf_str(&key, "\"\\\"\" ");
         except_keys(c, &key, plain, np, 0);
         free(plain);
-        sb_str(&key, " \"\\\"\"");
+        strbuf_str(&key, " \"\\\"\"");
     }
     /* kv_i: "name" ws ":" ws value */
-    sbuf *kv = calloc(n + 2, sizeof *kv);
+    strbuf *kv = calloc(n + 2, sizeof *kv);
     if (!kv) { free(key.s); c->failed = 1, set_error("out of memory"); goto out; }
     for (size_t i = 0; i < n; i++) {
         json k = {.type = JSON_STR, .str = (char *)name[i], .len = strlen(name[i])};
@@ -670,55 +625,55 @@ static void emit_object(ctx *c, const view *v, sbuf *b) {
         rule_name(c, &kv[i], rule[i]);
     }
     if (add_rule >= 0) {
-        sb_str(&kv[n], "(");
-        sb_put(&kv[n], key.s, key.n);
-        sb_str(&kv[n], ")");
+        strbuf_str(&kv[n], "(");
+        strbuf_put(&kv[n], key.s, key.n);
+        strbuf_str(&kv[n], ")");
         sep(c, &kv[n], ":");
         rule_name(c, &kv[n], add_rule);
     }
     size_t n_req = 0;
     while (n_req < n && is_req[n_req]) n_req++;
-    sb_str(b, "\"{\" ");
+    strbuf_str(b, "\"{\" ");
     base_name(c, b, B_WS, "ws");
-    sb_str(b, " ");
+    strbuf_str(b, " ");
     /* the optional tail from property i on, a rule each so the text stays linear in the
      * properties: T_i ::= (sep kv_i)? T_(i+1), and T_n ::= (sep add)* or nothing */
     int tail = c->n_rules;
     c->n_rules += (int)(n - n_req) + 1;
     for (size_t i = n_req; i <= n; i++) {
         rule_name(c, &c->out, tail + (int)(i - n_req));
-        sb_str(&c->out, " ::= ");
+        strbuf_str(&c->out, " ::= ");
         if (i < n || add_rule >= 0) {
-            sb_str(&c->out, "(");
+            strbuf_str(&c->out, "(");
             sep(c, &c->out, ",");
-            sb_put(&c->out, kv[i].s, kv[i].n);
-            sb_str(&c->out, i < n ? ")? " : ")*");
+            strbuf_put(&c->out, kv[i].s, kv[i].n);
+            strbuf_str(&c->out, i < n ? ")? " : ")*");
         }
         if (i < n) rule_name(c, &c->out, tail + (int)(i - n_req) + 1);
-        else if (add_rule < 0) sb_str(&c->out, "\"\"");
-        sb_str(&c->out, "\n");
+        else if (add_rule < 0) strbuf_str(&c->out, "\"\"");
+        strbuf_str(&c->out, "\n");
     }
     if (n_req > 0) {
         for (size_t i = 0; i < n_req; i++) {
             if (i) sep(c, b, ",");
-            sb_put(b, kv[i].s, kv[i].n);
+            strbuf_put(b, kv[i].s, kv[i].n);
         }
-        sb_str(b, " ");
+        strbuf_str(b, " ");
         rule_name(c, b, tail);
     } else if (n > 0 || add_rule >= 0) {
         /* no required key: the first key written is any of them, the later ones follow it in order */
-        sb_str(b, "(");
+        strbuf_str(b, "(");
         for (size_t i = 0; i < n + (add_rule >= 0); i++) {
-            sb_str(b, i ? " | " : "");
-            sb_put(b, kv[i].s, kv[i].n);
-            sb_str(b, " ");
+            strbuf_str(b, i ? " | " : "");
+            strbuf_put(b, kv[i].s, kv[i].n);
+            strbuf_str(b, " ");
             rule_name(c, b, tail + (int)(i < n ? i + 1 : n));
         }
-        sb_str(b, ")?");
+        strbuf_str(b, ")?");
     }
-    sb_str(b, " ");
+    strbuf_str(b, " ");
     base_name(c, b, B_WS, "ws");
-    sb_str(b, " \"}\"");
+    strbuf_str(b, " \"}\"");
     for (size_t i = 0; i <= n; i++) free(kv[i].s);
     free(kv);
     free(key.s);
@@ -792,7 +747,7 @@ static const char *const unsupported[] = {
 };
 
 /* The alternatives of the node's types into b. */
-static void emit_types(ctx *c, const view *v, sbuf *b) {
+static void emit_types(ctx *c, const view *v, strbuf *b) {
     const json *type = get(v, "type");
     const char *types[8];
     int nt = 0;
@@ -811,12 +766,12 @@ static void emit_types(ctx *c, const view *v, sbuf *b) {
         else { base_name(c, b, B_VALUE, "value"); return; }
     }
     if (nt == 0) { fail(c, "lists no type", "type"); return; }
-    sb_str(b, "(");
+    strbuf_str(b, "(");
     for (int i = 0; i < nt && !c->failed; i++) {
-        sb_str(b, i ? " | " : "");
+        strbuf_str(b, i ? " | " : "");
         const char *t = types[i];
-        if (!strcmp(t, "null")) sb_str(b, "\"null\"");
-        else if (!strcmp(t, "boolean")) sb_str(b, "\"true\" | \"false\"");
+        if (!strcmp(t, "null")) strbuf_str(b, "\"null\"");
+        else if (!strcmp(t, "boolean")) strbuf_str(b, "\"true\" | \"false\"");
         else if (!strcmp(t, "integer")) emit_integer(c, v, b);
         else if (!strcmp(t, "number")) emit_number(c, v, b);
         else if (!strcmp(t, "string")) emit_string(c, v, b);
@@ -824,7 +779,7 @@ static void emit_types(ctx *c, const view *v, sbuf *b) {
         else if (!strcmp(t, "object")) emit_object(c, v, b);
         else fail(c, "is not a JSON Schema type", t);
     }
-    sb_str(b, ")");
+    strbuf_str(b, ")");
 }
 
 /* Adds schema s (its allOf parts too) to view v. */
@@ -853,7 +808,7 @@ static int view_add(ctx *c, view *v, const json *s) {
 }
 
 /* The node's rule body into b. */
-static void emit_node(ctx *c, const view *v, sbuf *b) {
+static void emit_node(ctx *c, const view *v, strbuf *b) {
     for (int i = 0; i < v->n; i++) {
         if (v->s[i]->type == JSON_BOOL) {
             if (v->s[i]->num == 0) { fail(c, "the schema false matches nothing", NULL); return; }
@@ -872,17 +827,17 @@ static void emit_node(ctx *c, const view *v, sbuf *b) {
     if (cst) { json_lit(b, cst); return; }
     if (en) {
         if (en->type != JSON_ARR || en->len == 0) { fail(c, "must be a non-empty array", "enum"); return; }
-        sb_str(b, "(");
+        strbuf_str(b, "(");
         for (size_t i = 0; i < en->len; i++) {
-            sb_str(b, i ? " | " : "");
+            strbuf_str(b, i ? " | " : "");
             json_lit(b, &en->items[i]);
         }
-        sb_str(b, ")");
+        strbuf_str(b, ")");
         return;
     }
     if (any) {
         if (any->type != JSON_ARR || any->len == 0) { fail(c, "must be a non-empty array of schemas", kw); return; }
-        sb_str(b, "(");
+        strbuf_str(b, "(");
         for (size_t i = 0; i < any->len && !c->failed; i++) {
             /* each branch inherits the node's other keywords (type beside anyOf, ...) */
             view bv = {{0}, 0, any};
@@ -894,7 +849,7 @@ static void emit_node(ctx *c, const view *v, sbuf *b) {
                 path_pop(c, old);
                 int r = ref_rule(c, json_get(&any->items[i], "$ref")->str);
                 if (r < 0) return;
-                sb_str(b, i ? " | " : "");
+                strbuf_str(b, i ? " | " : "");
                 rule_name(c, b, r);
                 continue;
             }
@@ -902,19 +857,19 @@ static void emit_node(ctx *c, const view *v, sbuf *b) {
             else if (view_add(c, &bv, &any->items[i])) { path_pop(c, old); return; }
             for (int j = 0; j < v->n && bv.n < MAX_VIEW; j++) bv.s[bv.n++] = v->s[j]; /* the parent's keywords after the branch's */
             int r = c->n_rules++;
-            sbuf body = {0};
+            strbuf body = {0};
             emit_node(c, &bv, &body);
             rule_name(c, &c->out, r);
-            sb_str(&c->out, " ::= ");
-            sb_put(&c->out, body.s ? body.s : "\"\"", body.s ? body.n : 2);
-            sb_str(&c->out, "\n");
+            strbuf_str(&c->out, " ::= ");
+            strbuf_put(&c->out, body.s ? body.s : "\"\"", body.s ? body.n : 2);
+            strbuf_str(&c->out, "\n");
             if (body.oom) c->out.oom = 1;
             free(body.s);
             path_pop(c, old);
-            sb_str(b, i ? " | " : "");
+            strbuf_str(b, i ? " | " : "");
             rule_name(c, b, r);
         }
-        sb_str(b, ")");
+        strbuf_str(b, ")");
         return;
     }
     emit_types(c, v, b);
@@ -930,231 +885,18 @@ static int compile(ctx *c, const view *v) {
         if (v->s[i]->type != JSON_OBJ) full.s[full.n++] = v->s[i];
         else if (view_add(c, &full, v->s[i])) return -1;
     int r = c->n_rules++;
-    sbuf body = {0};
+    strbuf body = {0};
     c->depth++;
     emit_node(c, &full, &body);
     c->depth--;
     if (body.oom || c->out.oom) { free(body.s); c->failed = 1; set_error("out of memory"); return -1; }
     if (c->out.n + body.n > MAX_OUT) { free(body.s); return fail(c, "the grammar passes 4 MiB (a schema too large)", NULL); }
     rule_name(c, &c->out, r);
-    sb_str(&c->out, " ::= ");
-    sb_put(&c->out, body.s ? body.s : "\"\"", body.s ? body.n : 2);
-    sb_str(&c->out, "\n");
+    strbuf_str(&c->out, " ::= ");
+    strbuf_put(&c->out, body.s ? body.s : "\"\"", body.s ? body.n : 2);
+    strbuf_str(&c->out, "\n");
     free(body.s);
     return c->failed ? -1 : r;
-}
-
-/* ---- pattern: a regex subset to grammar text */
-
-typedef struct {
-    const char *s;
-    size_t i;
-} rx;
-
-/* One character of a pattern (escapes decoded) as grammar text for a class member, or for a
- * literal; class: inside [...]. Returns the code point or -1 after an error, -2 for a class
- * escape (\d \w \s ...) written directly. */
-static int rx_alt(ctx *c, rx *r, sbuf *b);
-
-static const char *class_escape(char e) {
-    switch (e) {
-    case 'd': return "0-9";
-    case 'w': return "a-zA-Z0-9_";
-    case 's': return " ";
-    default: return NULL;
-    }
-}
-
-/* A literal character of the pattern into b as a grammar literal (JSON-escaped: the grammar
- * produces the JSON text of the string). */
-static void rx_char(sbuf *b, const char *p, size_t n) {
-    if (n == 1 && (p[0] == '"' || p[0] == '\\')) {
-        char esc[3] = {'\\', p[0], 0};
-        lit(b, esc, 2);
-    } else if (n == 1 && (unsigned char)p[0] < 0x20) {
-        char esc[8];
-        snprintf(esc, sizeof esc, "\\u%04x", p[0]);
-        lit(b, esc, 6);
-    } else lit(b, p, n);
-}
-
-/* The code point of the UTF-8 character at p (the schema was parsed, so it is valid). */
-static int32_t utf8_code(const char *p) {
-    const unsigned char *u = (const unsigned char *)p;
-    int k = utf8_len(u[0]);
-    int32_t v = k == 1 ? u[0] : u[0] & (0x3F >> (k - 1));
-    for (int i = 1; i < k; i++) v = v << 6 | (u[i] & 0x3F);
-    return v;
-}
-
-/* [...] of the pattern into b: a grammar class of the same characters, less those JSON must
- * escape (" \ and controls), which a string under a pattern leaves out. A range must run
- * forwards (checked here: the grammar would refuse it, and the error belongs to the schema). */
-static void rx_class(ctx *c, rx *r, sbuf *b) {
-    r->i++;
-    int neg = r->s[r->i] == '^';
-    if (neg) r->i++;
-    sbuf m = {0};
-    int n = 0;
-    int32_t last = -1, from = -1; /* the last single character; a range's start while its end is read */
-    while (!c->failed && r->s[r->i] && (r->s[r->i] != ']' || n == 0)) {
-        unsigned char ch = (unsigned char)r->s[r->i];
-        int32_t cp = -1; /* the single character this item adds, if it is one */
-        n++;
-        if (ch == '-' && last >= 0 && r->s[r->i + 1] && r->s[r->i + 1] != ']') {
-            from = last;
-            sb_str(&m, "-");
-            r->i++;
-            continue;
-        }
-        if (ch == '\\') {
-            char e = r->s[r->i + 1];
-            const char *ce = class_escape(e);
-            if (!e) break;
-            if (ce) sb_str(&m, ce);
-            else if (e == 'D' || e == 'W' || e == 'S') { fail(c, "negated class escapes inside [...] are not supported", "pattern"); break; }
-            else if (e == 'b' || (e >= '1' && e <= '9')) { fail(c, "backreferences are not supported", "pattern"); break; }
-            else if (e == 'u' || e == 'x') {
-                int digits = e == 'u' ? 4 : 2;
-                cp = 0;
-                for (int k = 0; k < digits; k++) {
-                    char h = r->s[r->i + 2 + k];
-                    int v = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
-                    if (v < 0) { fail(c, "a \\u or \\x escape needs hex digits", "pattern"); break; }
-                    cp = cp << 4 | v;
-                }
-                if (c->failed) break;
-                if (cp >= 0x20 && cp != '"' && cp != '\\' && !(cp >= 0xD800 && cp <= 0xDFFF)) sb_fmt(&m, "\\u%04X", (unsigned)cp);
-                else if (from >= 0) { fail(c, "a class range ends at a character a JSON string escapes", "pattern"); break; }
-                r->i += (size_t)digits;
-            } else if (e == 'n' || e == 't' || e == 'r' || e == 'f' || e == 'v' || e == '"' || e == '\\') {
-                if (from >= 0) { fail(c, "a class range ends at a character a JSON string escapes", "pattern"); break; }
-            } else {
-                sb_fmt(&m, "\\%c", e);
-                cp = (unsigned char)e;
-            }
-            r->i += 2;
-        } else if (ch == '"' || ch < 0x20) { /* left out: a string under a pattern holds no escapes */
-            if (from >= 0) { fail(c, "a class range ends at a character a JSON string escapes", "pattern"); break; }
-            r->i++;
-        } else {
-            int k = utf8_len(ch);
-            cp = utf8_code(r->s + r->i);
-            if (ch == '[' || ch == ']' || ch == '^') sb_fmt(&m, "\\%c", ch);
-            else sb_put(&m, r->s + r->i, (size_t)k);
-            r->i += (size_t)k;
-        }
-        if (from >= 0 && cp >= 0 && cp < from) { fail(c, "has a class range that runs backwards", "pattern"); break; }
-        last = from >= 0 ? -1 : cp; /* a range's end starts no range */
-        from = -1;
-    }
-    if (!c->failed && r->s[r->i] != ']') fail(c, "a class is not closed", "pattern");
-    else r->i++;
-    if (c->failed) {
-    } else if (neg) sb_fmt(b, "[^\"\\\\\\x00-\\x1F%s]", m.s ? m.s : "");
-    else if (!m.s) fail(c, "a class holds no character a JSON string can hold unescaped", "pattern");
-    else sb_fmt(b, "[%s]", m.s);
-    free(m.s);
-}
-
-/* One atom of the pattern and its quantifier into b; 1 when it can match nothing. An unbounded
- * repetition of what can match nothing is an error (the grammar would refuse it as left
- * recursion, and the error belongs to the schema). */
-static int rx_atom(ctx *c, rx *r, sbuf *b) {
-    const char *s = r->s;
-    char ch = s[r->i];
-    int empty = 0;
-    if (ch == '(') {
-        r->i++;
-        if (s[r->i] == '?') {
-            if (s[r->i + 1] != ':') return fail(c, "lookaround and named groups are not supported", "pattern");
-            r->i += 2;
-        }
-        sb_str(b, "(");
-        empty = rx_alt(c, r, b);
-        if (s[r->i] != ')') return fail(c, "a group is not closed", "pattern");
-        r->i++;
-        sb_str(b, ")");
-    } else if (ch == '[') rx_class(c, r, b);
-    else if (ch == '.') { sb_str(b, "[^\"\\\\\\x00-\\x1F]"); r->i++; }
-    else if (ch == '\\') {
-        char e = s[r->i + 1];
-        const char *ce = class_escape(e);
-        if (!e) return fail(c, "ends with a backslash", "pattern");
-        if (ce) sb_fmt(b, "[%s]", ce);
-        else if (e == 'D') sb_str(b, "[^\"\\\\\\x00-\\x1F0-9]");
-        else if (e == 'W') sb_str(b, "[^\"\\\\\\x00-\\x1Fa-zA-Z0-9_]");
-        else if (e == 'S') sb_str(b, "[^\"\\\\\\x00-\\x20]");
-        else if (e == 'b' || e == 'B' || (e >= '1' && e <= '9') || e == 'k') return fail(c, "backreferences and word boundaries are not supported", "pattern");
-        else if (e == 'n') sb_str(b, "\"\\\\n\"");
-        else if (e == 't') sb_str(b, "\"\\\\t\"");
-        else rx_char(b, &e, 1);
-        r->i += 2;
-    } else if (ch == '*' || ch == '+' || ch == '?' || ch == '{') {
-        return fail(c, "a quantifier follows nothing", "pattern");
-    } else {
-        int k = utf8_len((unsigned char)ch);
-        rx_char(b, s + r->i, (size_t)k);
-        r->i += (size_t)k;
-    }
-    if (c->failed) return -1;
-    char q = s[r->i];
-    long m = q == '+', n = q == '?' ? 1 : -1; /* the repetition {m,n}, n -1 unbounded */
-    if (q == '*' || q == '+' || q == '?') { sb_put(b, &q, 1); r->i++; }
-    else if (q == '{') { /* {m}, {m,}, {m,n} with m <= n <= 10000 (grammar.c's bound) */
-        char *e;
-        m = n = strtol(s + r->i + 1, &e, 10);
-        if (e == s + r->i + 1 || m < 0) return fail(c, "a quantifier {m,n} is malformed", "pattern");
-        if (*e == ',') n = e[1] == '}' ? -1 : strtol(e + 1, &e, 10), e += n < 0;
-        if (*e != '}' || m > 10000 || n > 10000 || (n >= 0 && n < m)) return fail(c, "a quantifier {m,n} is malformed or above 10000", "pattern");
-        sb_put(b, s + r->i, (size_t)(e - (s + r->i)) + 1);
-        r->i = (size_t)(e - s) + 1;
-    } else return empty;
-    if (empty && n < 0) return fail(c, "repeats without bound something that can match nothing", "pattern");
-    if (s[r->i] == '?' || s[r->i] == '+') r->i++; /* lazy / possessive: the same language */
-    sb_str(b, " ");
-    return empty || m == 0;
-}
-
-/* A run of atoms; 1 when all of them can match nothing. */
-static int rx_seq(ctx *c, rx *r, sbuf *b) {
-    int empty = 1;
-    while (!c->failed && r->s[r->i] && r->s[r->i] != '|' && r->s[r->i] != ')') {
-        if (r->s[r->i] == '^' || r->s[r->i] == '$') return fail(c, "anchors are supported only at the start and end", "pattern");
-        empty &= rx_atom(c, r, b) == 1;
-        sb_str(b, " ");
-    }
-    return empty;
-}
-
-/* Alternatives; 1 when one of them can match nothing. */
-static int rx_alt(ctx *c, rx *r, sbuf *b) {
-    sb_str(b, "(\"\" ");
-    int empty = rx_seq(c, r, b) == 1;
-    while (!c->failed && r->s[r->i] == '|') {
-        r->i++;
-        sb_str(b, ") | (\"\" ");
-        empty |= rx_seq(c, r, b) == 1;
-    }
-    sb_str(b, ")");
-    return empty;
-}
-
-static void emit_pattern(ctx *c, const char *re, sbuf *b) {
-    size_t n = strlen(re);
-    int start = n && re[0] == '^', end = n > (size_t)start && re[n - 1] == '$' && (n < 2 || re[n - 2] != '\\');
-    char *core = strndup(re + start, n - (size_t)start - (size_t)end);
-    if (!core) { c->failed = 1, set_error("out of memory"); return; }
-    rx r = {core, 0};
-    sb_str(b, "\"\\\"\" ");
-    if (!start) sb_str(b, "[^\"\\\\\\x00-\\x1F]* "); /* an unanchored pattern matches anywhere */
-    sb_str(b, "(");
-    rx_alt(c, &r, b);
-    if (!c->failed && core[r.i]) fail(c, "has an unmatched ')'", "pattern");
-    sb_str(b, ")");
-    if (!end) sb_str(b, " [^\"\\\\\\x00-\\x1F]*");
-    sb_str(b, " \"\\\"\"");
-    free(core);
 }
 
 /* ---- the public call */
@@ -1185,31 +927,31 @@ char *dsv41_schema_grammar(const char *schema, size_t len, const char *prefix) {
         snprintf(c->path, sizeof c->path, "%s", c->ref[i] + 1);
         if (c->ref_node[i]->type == JSON_OBJ && view_add(c, &rv, c->ref_node[i])) break;
         if (c->ref_node[i]->type != JSON_OBJ) rv.s[rv.n++] = c->ref_node[i];
-        sbuf body = {0};
+        strbuf body = {0};
         emit_node(c, &rv, &body);
         rule_name(c, &c->out, c->ref_rule[i]);
-        sb_str(&c->out, " ::= ");
-        sb_put(&c->out, body.s ? body.s : "\"\"", body.s ? body.n : 2);
-        sb_str(&c->out, "\n");
+        strbuf_str(&c->out, " ::= ");
+        strbuf_put(&c->out, body.s ? body.s : "\"\"", body.s ? body.n : 2);
+        strbuf_str(&c->out, "\n");
         free(body.s);
     }
     /* the shared rules */
-    sbuf *o = &c->out;
+    strbuf *o = &c->out;
     const char *P = prefix;
     if (c->used & B_VALUE) c->used |= B_WS | B_STRING | B_NUMBER;
-    if (c->used & B_WS) sb_fmt(o, "%sws ::= (\" \" | \"\\n\" [ \\t]{0,20})?\n", P);
+    if (c->used & B_WS) strbuf_fmt(o, "%sws ::= (\" \" | \"\\n\" [ \\t]{0,20})?\n", P);
     if (c->used & B_STRING) {
-        sb_fmt(o, "%sstring ::= \"\\\"\" %schar* \"\\\"\"\n", P, P);
-        sb_fmt(o, "%schar ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n", P);
+        strbuf_fmt(o, "%sstring ::= \"\\\"\" %schar* \"\\\"\"\n", P, P);
+        strbuf_fmt(o, "%schar ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n", P);
     }
-    if (c->used & B_KEYCHAR) sb_fmt(o, "%skeychar ::= [^\"\\\\\\x00-\\x1F]\n", P);
-    if (c->used & (B_NUMBER | B_INTEGER)) sb_fmt(o, "%sinteger ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15})\n", P);
-    if (c->used & B_NUMBER) sb_fmt(o, "%snumber ::= %sinteger (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?\n", P, P);
+    if (c->used & B_KEYCHAR) strbuf_fmt(o, "%skeychar ::= [^\"\\\\\\x00-\\x1F]\n", P);
+    if (c->used & (B_NUMBER | B_INTEGER)) strbuf_fmt(o, "%sinteger ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15})\n", P);
+    if (c->used & B_NUMBER) strbuf_fmt(o, "%snumber ::= %sinteger (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?\n", P, P);
     if (c->used & B_VALUE) {
-        sb_fmt(o, "%svalue ::= %sobject | %sarray | %sstring | %snumber | \"true\" | \"false\" | \"null\"\n", P, P, P, P, P);
-        sb_fmt(o, "%sobject ::= \"{\" %sws (%sstring %sws \":\" %sws %svalue (%sws \",\" %sws %sstring %sws \":\" %sws %svalue)*)? %sws \"}\"\n",
+        strbuf_fmt(o, "%svalue ::= %sobject | %sarray | %sstring | %snumber | \"true\" | \"false\" | \"null\"\n", P, P, P, P, P);
+        strbuf_fmt(o, "%sobject ::= \"{\" %sws (%sstring %sws \":\" %sws %svalue (%sws \",\" %sws %sstring %sws \":\" %sws %svalue)*)? %sws \"}\"\n",
                P, P, P, P, P, P, P, P, P, P, P, P, P);
-        sb_fmt(o, "%sarray ::= \"[\" %sws (%svalue (%sws \",\" %sws %svalue)*)? %sws \"]\"\n", P, P, P, P, P, P, P);
+        strbuf_fmt(o, "%sarray ::= \"[\" %sws (%svalue (%sws \",\" %sws %svalue)*)? %sws \"]\"\n", P, P, P, P, P, P, P);
     }
     char *out = NULL;
     if (c->out.oom) set_error("out of memory");
