@@ -4,16 +4,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buffer.h"
 #include "strbuf.h"
 
 void strbuf_put(strbuf *b, const char *p, size_t n) {
     if (b->oom || n == 0) return;
-    if (b->n + n + 1 > b->cap) {
+    if (b->n + n + 1 > b->cap) { /* doubling, so a long text costs amortized O(1) an append */
         size_t c = b->cap ? b->cap : 256;
         while (c < b->n + n + 1) c *= 2;
-        char *ns = realloc(b->s, c);
-        if (!ns) { b->oom = 1; return; }
-        b->s = ns, b->cap = c;
+        void *s = b->s;
+        if (buffer_grow(&s, &b->cap, c)) { b->oom = 1; return; }
+        b->s = s;
     }
     memcpy(b->s + b->n, p, n);
     b->n += n;
