@@ -30,18 +30,14 @@ PY
 
 # the model: tiny_text.json with the stage keys of tiny_dspark.json, the V4.1 tokenizer
 m=$tmp/model
-python3 - "$data" models/tiny_dspark.json "$tmp/cfg.json" "$tmp/tokenizer.json" <<'PY' &&
+python3 - "$data" models/tiny_dspark.json "$tmp/cfg.json" <<'PY' &&
 import json, sys
 data, stages = sys.argv[1], json.load(open(sys.argv[2]))
 cfg = json.load(open(data + "/models/tiny_text.json"))
 cfg.update({k: v for k, v in stages.items() if k == "n_mtp_layers" or k.startswith("dspark_")})
 json.dump(cfg, open(sys.argv[3], "w"))
-tok = json.load(open(data + "/tokenizer/deepseek-v3/tokenizer.json", encoding="utf-8"))
-added = json.load(open(data + "/tokenizer/v41_added_tokens.json", encoding="utf-8"))["tokens"]
-tok["added_tokens"] = [{"id": a["id"], "content": a["content"], "single_word": False, "lstrip": False, "rstrip": False,
-                        "normalized": False, "special": a.get("special", True)} for a in added]
-json.dump(tok, open(sys.argv[4], "w", encoding="utf-8"), ensure_ascii=False)
 PY
+python3 tools/v41_tokenizer.py "$data/tokenizer" "$tmp/tokenizer.json" &&
 "$dsv41" synth --config "$tmp/cfg.json" -o "$m" >/dev/null && cp "$tmp/tokenizer.json" "$m/" && ok || { bad "build the test model"; finish; exit 1; }
 
 # bounded schemas: every reply ends by itself (well before -n) and validates
