@@ -290,12 +290,12 @@ static void test_outside_at(const kernel_set *k, int64_t T) {
 }
 
 /* Weights and inputs none of which is below 1/8, over whole superblocks of 512 columns: the fp8
- * tiles then take their main products alone, with no second pass, and every block's sum (up to
- * 2^35, any low bits) must be rounded once. Random codes elsewhere put a small weight in nearly
- * every superblock, and a part-filled one pads with zero codes, so only this case reaches that
- * join. */
+ * tiles then take their main products alone, with no second pass (amx from 16 tokens: no D or E
+ * products), and every block's sum (up to 2^35, any low bits) must be rounded once. Random codes
+ * elsewhere put a small weight in nearly every superblock, and a part-filled one pads with zero
+ * codes, so only this case reaches that join. */
 static void test_main_sums(const kernel_set *k) {
-    static const int64_t Ts[] = {1, 2, 6, 8, 13};
+    static const int64_t Ts[] = {1, 2, 6, 8, 13, 17, 33};
     const int64_t rows = 9, cols = 1024, nb = cols / 32;
     weight w = make_weight(K_E4M3_TILE, rows, cols);
     for (int64_t i = 0; i < rows * cols; i++) ((uint8_t *)w.data)[i] = (uint8_t)((0x20 + rnd() % 0x5F) | (rnd() & 0x80));

@@ -44,16 +44,24 @@ enum {
     AMX_K_MAX = 448 * 512, /* the largest |k| = 512 |x| of an e4m3 input, and |j| of a weight */
 };
 
-/* Calls of fewer tokens than this go to the vector set. A tile instruction costs the same at
- * one token as at 16 (docs/AMX_NOTES.md: 5.9 ns either way), and a call decodes every weight
- * once for its tiles whatever its token count, so a call of a few tokens pays the decode and a
- * tile's work for each block, where the vector set's kernel pays its products per token. With
- * the costs of AMX_NOTES.md on the Xeon and the avx512 kernel times of issue 45 (fp8 2048 x 1024:
- * about 52 ns per 16 rows x 32 columns at one token, 225 at 8; fp4 about half), and this file's
- * work around the tiles timed by `bench --kernels amx` (the model), the tiles start to win at 4
- * tokens for fp8 and at 8 for fp4, whose vector kernel does half the products. (KTransformers
- * switches to its AMX path from about 4 tokens per expert.) */
-static int amx_min_tokens(dtype type) { return type == DT_FP4 ? 8 : 4; }
+/* Calls of fewer tokens than this go to the vector set (the crossover table). A tile
+ * instruction costs the same at one token as at 16 (docs/AMX_NOTES.md: 5.9 ns either way), and a
+ * call decodes every weight once for its tiles whatever its token count, so a call of a few
+ * tokens pays the decode and whole tiles, where the vector set's kernel pays its products per
+ * token. The model (`bench --kernels amx`; the tile instructions at the Xeon's costs, the work
+ * around them timed) on this project's AMD EPYC (AVX2 around the tiles), 2026-12-07, one thread,
+ * weights in cache, against the avx2 kernel beside it:
+ *
+ *   tokens          1     4     8     16    32    64
+ *   fp8 2048x1024   4.1x  1.9x  1.2x  0.41x 0.26x 0.12x  (amx model time / avx2 time)
+ *   fp4 512x2048    3.0x  1.2x  0.75x 0.50x 0.46x 0.20x
+ *
+ * On an AMX host the vector set is avx512, about twice avx2's speed at a few tokens (issue 45's
+ * readings: fp8 0.92 ms at 8 tokens, 1.66 at 16, one thread's share), which moves each crossover
+ * up by about a doubling: fp8 from 16 tokens, fp4 from 8. (KTransformers switches to its AMX
+ * path from about 4 tokens per expert, for plain int8 weights.) An AMX host's bench prints the
+ * real tiles beside the model and avx512's table to set these by. */
+static int amx_min_tokens(dtype type) { return type == DT_FP4 ? 8 : 16; }
 
 /* A chunk's inputs for every tile of tokens: in A's layout, a row of 64 bytes per token */
 typedef struct {
@@ -137,14 +145,64 @@ AMX_VEC static int amx_prepare(const float *x, int64_t xstride, int64_t T, int64
     return _mm256_testz_si256(bad, bad);
 }
 
-/* a row's 32 bytes (its digits of one kind for one block) to B's layout: dword c / 4 to row
- * c / 4 of the group, at byte 4m */
-static inline void amx_scatter(int8_t (*group)[64], int m, const int8_t *row) {
-    for (int q = 0; q < 8; q++) memcpy(&group[q][4 * m], row + 4 * q, 4);
+/* Eight rows' 32 bytes (their digits of one kind for one block) to B's layout: dword c / 4 of
+ * row m to row c / 4 of the group, at byte 4m, for rows m0..m0+7 (an 8 x 8 transpose of dwords) */
+AMX_INL void amx_scatter8(int8_t (*group)[64], int m0, const __m256i r[8]) {
+    __m256i a[8], b[8];
+    for (int i = 0; i < 8; i += 2) {
+        a[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+        a[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4)
+        for (int j = 0; j < 2; j++) {
+            b[i + j] = _mm256_unpacklo_epi64(a[i + j], a[i + j + 2]);
+            b[i + j + 2] = _mm256_unpackhi_epi64(a[i + j], a[i + j + 2]);
+        }
+    /* b[4g + x]: lane l of 128-bit half L holds row 4g + l's dword 4L + k, k = 0, 2, 1, 3 for x = 0..3 */
+    for (int k = 0; k < 4; k++) {
+        const int x = 2 * (k & 1) + (k >> 1);
+        _mm256_storeu_si256((__m256i *)&group[k][4 * m0], _mm256_permute2x128_si256(b[x], b[4 + x], 0x20));
+        _mm256_storeu_si256((__m256i *)&group[k + 4][4 * m0], _mm256_permute2x128_si256(b[x], b[4 + x], 0x31));
+    }
 }
 
 /* the signed bytes 2w of each e2m1 code */
 static const int8_t FP4_2W[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* 2^(e-4) for an e4m3 exponent e >= 4 (else 0), low and high bytes; 2^max(e-1, 0) for e < 4 */
+static const uint8_t FP8_BIG_LO[16] = {0, 0, 0, 0, 1, 2, 4, 8, 16, 32, 64, 128, 0, 0, 0, 0};
+static const uint8_t FP8_BIG_HI[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 4, 8};
+static const uint8_t FP8_SMALL[16] = {1, 1, 2, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+
+/* 16 e4m3 codes (16-bit lanes) as j = 512 W = 8 j' + v (v = j & 7): the bytes of j' (lo signed,
+ * hi) and v; *nan gets a lane set for a NaN code. |j'| = (8 + m) 2^(e-4) from e = 4 on, else
+ * ((8 + m or m) 2^max(e-1, 0)) >> 3 with v its low bits; a negative j takes the floor. */
+AMX_INL void amx_fp8_digits(__m256i c, __m256i *lo, __m256i *hi, __m256i *v, __m256i *nan) {
+    const __m256i lo_t = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)FP8_BIG_LO));
+    const __m256i hi_t = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)FP8_BIG_HI));
+    const __m256i sm_t = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)FP8_SMALL));
+    const __m256i e = _mm256_and_si256(_mm256_srli_epi16(c, 3), _mm256_set1_epi16(15));
+    const __m256i idx = _mm256_or_si256(e, _mm256_set1_epi16((short)0x8000)); /* high bytes look up nothing */
+    const __m256i base = _mm256_or_si256(_mm256_and_si256(c, _mm256_set1_epi16(7)),
+                                         _mm256_and_si256(_mm256_cmpgt_epi16(e, _mm256_setzero_si256()), _mm256_set1_epi16(8)));
+    const __m256i big = _mm256_or_si256(_mm256_shuffle_epi8(lo_t, idx), _mm256_slli_epi16(_mm256_shuffle_epi8(hi_t, idx), 8));
+    const __m256i small = _mm256_mullo_epi16(base, _mm256_shuffle_epi8(sm_t, idx));
+    const __m256i mag = _mm256_add_epi16(_mm256_mullo_epi16(base, big), _mm256_srli_epi16(small, 3));
+    const __m256i low = _mm256_and_si256(small, _mm256_set1_epi16(7));
+    const __m256i neg = _mm256_srai_epi16(_mm256_slli_epi16(c, 8), 15);
+    /* -(8 mag + low) = 8 (-mag - 1) + (8 - low) where low > 0 */
+    const __m256i t = _mm256_sub_epi16(mag, _mm256_and_si256(neg, _mm256_cmpgt_epi16(low, _mm256_setzero_si256())));
+    const __m256i jp = _mm256_sub_epi16(_mm256_xor_si256(t, neg), neg);
+    *v = _mm256_and_si256(_mm256_sub_epi16(_mm256_xor_si256(low, neg), neg), _mm256_set1_epi16(7));
+    *lo = _mm256_srai_epi16(_mm256_slli_epi16(jp, 8), 8);
+    *hi = _mm256_srai_epi16(_mm256_sub_epi16(jp, *lo), 8);
+    *nan = _mm256_or_si256(*nan, _mm256_cmpeq_epi16(_mm256_and_si256(c, _mm256_set1_epi16(0x7F)), _mm256_set1_epi16(0x7F)));
+}
+
+/* 32 int16 lanes (each within a byte; a: columns 0..15, b: 16..31) as 32 bytes in order */
+AMX_INL __m256i amx_pack16(__m256i a, __m256i b) {
+    return _mm256_permute4x64_epi64(_mm256_packs_epi16(a, b), _MM_SHUFFLE(3, 1, 2, 0));
+}
 
 /* Decodes blocks [b0, b0+nblk) of rows [r, r+nr) into wt (the tile's other rows zero). Returns 0
  * for a NaN fp8 code. */
@@ -153,50 +211,52 @@ AMX_VEC static int amx_decode(const weight *w, int64_t r, int nr, int64_t b0, in
     const int64_t cols = w->cols, rowbytes = fp4 ? (cols + 1) / 2 : cols;
     const __m128i lut = _mm_loadu_si128((const __m128i *)FP4_2W), col = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     __m256i nan = _mm256_setzero_si256();
+    const uint8_t *sp[AMX_ROWS]; /* each row's block scales from b0 on */
+    for (int m = 0; m < nr; m++) sp[m] = w->scale + ((r + m) / w->scale_rows) * ((cols + 31) / 32) + b0;
     for (int b = 0; b < nblk; b++) {
-        const int64_t c0 = (b0 + b) * 32;
+        const int64_t c0 = (b0 + b) * 32, n = imin(32, cols - c0); /* the block's columns */
         __m256i anyv = _mm256_setzero_si256();
-        for (int m = 0; m < AMX_ROWS; m++) {
-            _Alignas(32) int8_t d[3][32]; /* fp8: hi, lo, v; fp4: 2w */
-            wt->ws[b][m] = m < nr ? weight_block_scale(w, r + m, b0 + b) : 0.0f;
-            const int64_t n = m < nr ? imin(32, cols - c0) : 0; /* the row's columns in the block */
-            _Alignas(32) uint8_t raw[32] = {0};
-            if (n > 0) memcpy(raw, (const uint8_t *)w->data + (r + m) * rowbytes + (fp4 ? c0 / 2 : c0),
-                              (size_t)(fp4 ? (n + 1) / 2 : n));
-            if (fp4) {
-                const __m128i bytes = _mm_load_si128((const __m128i *)raw), m4 = _mm_set1_epi8(15);
-                const __m128i lo = _mm_and_si128(bytes, m4), hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), m4);
-                /* columns past the row's end are zero (the odd row's spare nibble too) */
-                const __m128i a = _mm_and_si128(_mm_shuffle_epi8(lut, _mm_unpacklo_epi8(lo, hi)),
-                                                _mm_cmpgt_epi8(_mm_set1_epi8((char)n), col));
-                const __m128i c = _mm_and_si128(_mm_shuffle_epi8(lut, _mm_unpackhi_epi8(lo, hi)),
-                                                _mm_cmpgt_epi8(_mm_set1_epi8((char)n),
-                                                               _mm_add_epi8(col, _mm_set1_epi8(16))));
-                _mm_store_si128((__m128i *)d[0], a);
-                _mm_store_si128((__m128i *)(d[0] + 16), c);
-                amx_scatter(wt->g[b][1], m, d[0]);
-                continue;
+        for (int m = 0; m < AMX_ROWS; m++) wt->ws[b][m] = m < nr ? e8m0_to_f32(sp[m][b]) : 0.0f;
+        for (int h = 0; h < AMX_ROWS / 8; h++) {
+            __m256i d[3][8]; /* fp8: hi, lo, v; fp4: 2w */
+            for (int i = 0; i < 8; i++) {
+                const int m = 8 * h + i;
+                const uint8_t *src = (const uint8_t *)w->data + (r + m) * rowbytes + (fp4 ? c0 / 2 : c0);
+                if (m >= nr) {
+                    d[0][i] = d[1][i] = d[2][i] = _mm256_setzero_si256();
+                    continue;
+                }
+                _Alignas(32) uint8_t raw[32]; /* a last block's bytes, zero past the row */
+                if (n < 32) {
+                    memset(raw, 0, sizeof raw);
+                    memcpy(raw, src, (size_t)(fp4 ? (n + 1) / 2 : n));
+                    src = raw;
+                }
+                if (fp4) {
+                    const __m128i bytes = _mm_loadu_si128((const __m128i *)src), m4 = _mm_set1_epi8(15);
+                    const __m128i lo = _mm_and_si128(bytes, m4), hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), m4);
+                    /* columns past the row's end are zero (the odd row's spare nibble too) */
+                    const __m128i a = _mm_and_si128(_mm_shuffle_epi8(lut, _mm_unpacklo_epi8(lo, hi)),
+                                                    _mm_cmpgt_epi8(_mm_set1_epi8((char)n), col));
+                    const __m128i c = _mm_and_si128(_mm_shuffle_epi8(lut, _mm_unpackhi_epi8(lo, hi)),
+                                                    _mm_cmpgt_epi8(_mm_set1_epi8((char)n), _mm_add_epi8(col, _mm_set1_epi8(16))));
+                    d[0][i] = _mm256_setr_m128i(a, c);
+                    continue;
+                }
+                const __m256i codes = _mm256_loadu_si256((const __m256i *)src);
+                __m256i lo[2], hi[2], v[2];
+                amx_fp8_digits(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(codes)), &lo[0], &hi[0], &v[0], &nan);
+                amx_fp8_digits(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(codes, 1)), &lo[1], &hi[1], &v[1], &nan);
+                d[0][i] = amx_pack16(hi[0], hi[1]);
+                d[1][i] = amx_pack16(lo[0], lo[1]);
+                d[2][i] = amx_pack16(v[0], v[1]);
+                anyv = _mm256_or_si256(anyv, d[2][i]);
             }
-            __m256i hi[4], lo[4], v[4];
-            for (int q = 0; q < 4; q++) {
-                const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(raw + 8 * q)));
-                const __m256i e = _mm256_and_si256(_mm256_srli_epi32(c, 3), _mm256_set1_epi32(15));
-                const __m256i mant = _mm256_and_si256(c, _mm256_set1_epi32(7));
-                nan = _mm256_or_si256(nan, _mm256_cmpeq_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x7F)), _mm256_set1_epi32(0x7F)));
-                /* (8 + m) << (e - 1) for e > 0, m for e = 0 */
-                const __m256i normal = _mm256_cmpgt_epi32(e, _mm256_setzero_si256());
-                const __m256i base = _mm256_or_si256(mant, _mm256_and_si256(normal, _mm256_set1_epi32(8)));
-                const __m256i mag = _mm256_sllv_epi32(base, _mm256_max_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), _mm256_setzero_si256()));
-                const __m256i neg = _mm256_srai_epi32(_mm256_slli_epi32(c, 24), 31);
-                amx_split(_mm256_sub_epi32(_mm256_xor_si256(mag, neg), neg), &lo[q], &hi[q], &v[q]);
-                anyv = _mm256_or_si256(anyv, v[q]);
+            amx_scatter8(wt->g[b][1], 8 * h, d[0]);
+            if (!fp4) {
+                amx_scatter8(wt->g[b][2], 8 * h, d[1]);
+                amx_scatter8(wt->g[b][4], 8 * h, d[2]);
             }
-            _mm256_store_si256((__m256i *)d[0], amx_pack_bytes(hi[0], hi[1], hi[2], hi[3]));
-            _mm256_store_si256((__m256i *)d[1], amx_pack_bytes(lo[0], lo[1], lo[2], lo[3]));
-            _mm256_store_si256((__m256i *)d[2], amx_pack_bytes(v[0], v[1], v[2], v[3]));
-            amx_scatter(wt->g[b][1], m, d[0]);
-            amx_scatter(wt->g[b][2], m, d[1]);
-            amx_scatter(wt->g[b][4], m, d[2]);
         }
         wt->has_v[b] = !_mm256_testz_si256(anyv, anyv);
     }
