@@ -76,7 +76,7 @@ int dsv41_set_kernels(const char *name);
 /* The name of the kernel set in use. */
 const char *dsv41_kernels(void);
 /* The sets this CPU runs, scalar first, then the vector sets from slowest to fastest, then amx
- * (x86-64): writes up to cap names (static strings) to names and returns how many there are. */
+ * (x86-64 with AVX2): writes up to cap names (static strings) to names and returns how many there are. */
 int32_t dsv41_kernel_sets(const char **names, int32_t cap);
 /* 1 when the named set runs here on an emulation of its instructions (amx where the CPU has no
  * AMX tiles or Linux refuses them: exact, and slow), else 0. */
