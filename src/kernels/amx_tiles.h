@@ -83,22 +83,24 @@ static inline void amx_emu_store(const amx_emu *s, int i, void *base, int64_t st
 /* tdpbusd / tdpbssd c, a, b: for each row m of c and dword n of its row, the dword of c plus,
  * for each dword k of a's row m, the four products of a's bytes (unsigned for tdpbusd, signed
  * for tdpbssd) with the signed bytes of dword n of b's row k; 32-bit sums that wrap. Bounds are
- * the configured shapes: M = rows[c], N = colsb[c] / 4, K = colsb[a] / 4. Here b's dwords n of
- * rows k < K are gathered into one column and each row of a is multiplied with it over all 64
- * bytes (past 4K both are zero, so those products add nothing): at most 64 x 255 x 128 in size,
- * the dot product is exact in int32, and added to the dword in uint32_t, where wrapping is
- * defined (and gives the same sum in any order). */
+ * the configured shapes: M = rows[c], N = colsb[c] / 4, K = colsb[a] / 4. Here a's rows are
+ * widened to int16 once, b's dwords n of rows k < K are gathered into one int16 column, and each
+ * row of a is multiplied with it over all 64 bytes (past 4K both are zero, so those products add
+ * nothing; int16 products a compiler can vectorize): at most 64 x 255 x 128 in size, the dot
+ * product is exact in int32, and added to the dword in uint32_t, where wrapping is defined (and
+ * gives the same sum in any order). */
 static inline void amx_emu_dp(amx_emu *s, int c, int a, int b, int a_signed) {
     const int M = s->cfg.rows[c], N = s->cfg.colsb[c] / 4, K = s->cfg.colsb[a] / 4;
+    int16_t av[TILE_MAX_ROWS][TILE_MAX_COLSB]; /* [m][i]: a's bytes as the instruction reads them */
+    for (int m = 0; m < M; m++)
+        for (int i = 0; i < TILE_MAX_COLSB; i++) av[m][i] = a_signed ? (int8_t)s->t[a][m][i] : s->t[a][m][i];
     for (int n = 0; n < N; n++) {
-        int8_t col[TILE_MAX_COLSB] = {0};
-        for (int k = 0; k < K; k++) memcpy(col + 4 * k, &s->t[b][k][4 * n], 4);
+        int16_t col[TILE_MAX_COLSB] = {0};
+        for (int k = 0; k < K; k++)
+            for (int j = 0; j < 4; j++) col[4 * k + j] = (int8_t)s->t[b][k][4 * n + j];
         for (int m = 0; m < M; m++) {
             int32_t dot = 0;
-            if (a_signed)
-                for (int i = 0; i < TILE_MAX_COLSB; i++) dot += (int8_t)s->t[a][m][i] * col[i];
-            else
-                for (int i = 0; i < TILE_MAX_COLSB; i++) dot += s->t[a][m][i] * col[i];
+            for (int i = 0; i < TILE_MAX_COLSB; i++) dot += av[m][i] * col[i];
             uint32_t acc;
             memcpy(&acc, &s->t[c][m][4 * n], 4);
             acc += (uint32_t)dot;
@@ -158,7 +160,8 @@ typedef struct {
 #define TILE_DPBSSD(ts, c, a, b) ts->dp++
 #define TILE_RELEASE(ts) ((void)0)
 #else
-#define TILE_TGT
+/* AVX2 (which the amx set needs anyway) lets the compiler vectorize the emulated products */
+#define TILE_TGT __attribute__((target("avx2")))
 #define TILE_STATE(ts, tally) amx_emu ts##_emu, *ts = ((void)(tally), &ts##_emu)
 #define TILE_CONFIG(ts, c) amx_emu_config(ts, c)
 #define TILE_ZERO(ts, i) amx_emu_zero(ts, i)
