@@ -64,8 +64,8 @@ int args_parse(const cli_cmd *c, int argc, char **argv);
     {"-t|--threads", "N", OPT_I32, (dst), 1, 256, NULL, "one per core", "worker threads; results do not depend on it"}
 /* The shared --kernels row; its value goes to use_kernels() (NULL: $DSV41_KERNELS or the fastest). */
 #define OPT_KERNELS(dst) \
-    {"--kernels", "SET", OPT_STR, (dst), 0, 0, NULL, "$DSV41_KERNELS, else the fastest", \
-     "the kernel set: scalar, avx2, avx512 or neon (dsv41 kernels lists this CPU's); results do not depend on it"}
+    {"--kernels", "SET", OPT_STR, (dst), 0, 0, NULL, "$DSV41_KERNELS, else amx on AMX tiles, else the fastest", \
+     "the kernel set: scalar, avx2, avx512, neon or amx (dsv41 kernels lists this CPU's); results do not depend on it"}
 /* The shared --draft and --draft-p-min rows of the commands that decode (run, chat, serve). */
 #define OPT_DRAFT(dst) \
     {"--draft", "N", OPT_I32, (dst), 0, 64, NULL, "0, off", \

@@ -66,7 +66,8 @@ int dsv41_set_threads(int32_t n);
 
 /* The kernel set the projections run on: "scalar", "avx2", "avx512", "neon" or "amx" (x86-64: AMX
  * tiles, emulated where the CPU has none). NULL or "" takes $DSV41_KERNELS when it is set and not
- * empty, else the fastest vector set this CPU runs (the default; amx is never the default).
+ * empty, else the default: amx where the CPU has AMX tiles and Linux grants them (it runs them
+ * only for the calls they win, the fastest vector set for the rest), else the fastest vector set.
  * Without a call, the first projection takes what a call with NULL would (an unknown
  * $DSV41_KERNELS then gives the fastest). Returns 0, or -1 with dsv41_error() for a set that is
  * unknown or that this CPU cannot run. Results do not depend on it: every set computes the same
@@ -75,7 +76,7 @@ int dsv41_set_kernels(const char *name);
 /* The name of the kernel set in use. */
 const char *dsv41_kernels(void);
 /* The sets this CPU runs, scalar first, then the vector sets from slowest to fastest, then amx
- * (x86-64): writes up to cap names (static strings) to names and returns how many there are. */
+ * (x86-64 with AVX2): writes up to cap names (static strings) to names and returns how many there are. */
 int32_t dsv41_kernel_sets(const char **names, int32_t cap);
 /* 1 when the named set runs here on an emulation of its instructions (amx where the CPU has no
  * AMX tiles or Linux refuses them: exact, and slow), else 0. */

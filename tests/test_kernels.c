@@ -290,12 +290,12 @@ static void test_outside_at(const kernel_set *k, int64_t T) {
 }
 
 /* Weights and inputs none of which is below 1/8, over whole superblocks of 512 columns: the fp8
- * tiles then take their main products alone, with no second pass, and every block's sum (up to
- * 2^35, any low bits) must be rounded once. Random codes elsewhere put a small weight in nearly
- * every superblock, and a part-filled one pads with zero codes, so only this case reaches that
- * join. */
+ * tiles then take their main products alone, with no second pass (amx from 16 tokens: no D or E
+ * products), and every block's sum (up to 2^35, any low bits) must be rounded once. Random codes
+ * elsewhere put a small weight in nearly every superblock, and a part-filled one pads with zero
+ * codes, so only this case reaches that join. */
 static void test_main_sums(const kernel_set *k) {
-    static const int64_t Ts[] = {1, 2, 6, 8, 13};
+    static const int64_t Ts[] = {1, 2, 6, 8, 13, 17, 33};
     const int64_t rows = 9, cols = 1024, nb = cols / 32;
     weight w = make_weight(K_E4M3_TILE, rows, cols);
     for (int64_t i = 0; i < rows * cols; i++) ((uint8_t *)w.data)[i] = (uint8_t)((0x20 + rnd() % 0x5F) | (rnd() & 0x80));
@@ -374,9 +374,10 @@ static void test_act_quant_values(void) {
 }
 
 #if defined(__x86_64__)
-/* The emulated tile operations against TDPBUSD's definition, written out here on its own: for
- * random shapes within the limits (M <= 16 rows, K <= 16 dwords, N <= 16 dwords) and random bytes,
- * C[m][n] + sum over k < 4K of A[m][k] (unsigned) * B[k / 4][4n + k % 4] (signed), in int64 and
+/* The emulated tile operations against TDPBUSD's and TDPBSSD's definition, written out here on
+ * its own: for random shapes within the limits (M <= 16 rows, K <= 16 dwords, N <= 16 dwords) and
+ * random bytes, C[m][n] + sum over k < 4K of A[m][k] (unsigned for TDPBUSD, signed for TDPBSSD)
+ * * B[k / 4][4n + k % 4] (signed), in int64 and
  * then wrapped to 32 bits; accumulators near the int32 limits make the sums wrap. Loads and
  * stores keep to the configured rows and bytes (with a stride), and ldtilecfg's rules refuse
  * what the instruction refuses. */
@@ -404,14 +405,16 @@ static void test_tiles(void) {
         amx_emu_load(&ts, 0, a, sizeof a[0]);
         amx_emu_load(&ts, 1, b, sizeof b[0]);
         amx_emu_load(&ts, 5, c, sizeof c[0]);
-        amx_emu_dpbusd(&ts, 5, 0, 1);
+        const int a_signed = it % 2; /* tdpbssd on odd turns, tdpbusd on even ones */
+        amx_emu_dp(&ts, 5, 0, 1, a_signed);
         amx_emu_store(&ts, 5, got, sizeof got[0]);
         for (int m = 0; m < 16; m++)
             for (int n = 0; n < 20; n++) {
                 int32_t want;
                 if (m < M && n < N) {
                     int64_t sum = c[m][n];
-                    for (int k = 0; k < 4 * K; k++) sum += (int64_t)a[m][k] * b[k / 4][4 * n + k % 4];
+                    for (int k = 0; k < 4 * K; k++)
+                        sum += (int64_t)(a_signed ? (int8_t)a[m][k] : a[m][k]) * b[k / 4][4 * n + k % 4];
                     want = (int32_t)(uint32_t)(uint64_t)sum;
                 } else {
                     want = 0x5A5A5A5A; /* not stored */
@@ -422,7 +425,7 @@ static void test_tiles(void) {
             for (int j = 0; j < 64; j++) bad += ts.t[5][m][j] != 0 && (m >= M || j >= 4 * N);
         amx_emu_release(&ts);
     }
-    CHECK(bad == 0, "emulated TDPBUSD, loads and stores follow the instruction set's definition (%d differences)", bad);
+    CHECK(bad == 0, "emulated TDPBUSD and TDPBSSD, loads and stores follow the instruction set's definition (%d differences)", bad);
     amx_tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;

@@ -40,8 +40,22 @@ extern const kernel_set kernels_avx2, kernels_avx512, kernels_neon;
  * tests to compare the two where both run. */
 extern const kernel_set kernels_amx, kernels_amx_emulated;
 int amx_native(void);
-/* Whether this CPU (and its OS) runs k, and the best vector set it runs (amx is chosen by name
- * only), chosen at run time (cpu.c). */
+/* The amx model (amx.c), for `bench` on hosts without AMX and beside the real tiles where they
+ * are: kernels_amx_model runs each call the tiles would take twice, once with the tile
+ * instructions counted and not run (the work around them timed for real, its results thrown
+ * away) and once on the vector set for the results; amx_tally_read gives the totals so far of
+ * every thread, and amx_tally_tile_seconds prices the instructions counted between two readings
+ * at the costs AMX_NOTES.md measured on a Xeon core. */
+extern const kernel_set kernels_amx_model;
+typedef struct {
+    uint64_t config, zero, load, store, dp; /* tile instructions counted */
+    uint64_t outside_ns;                    /* the counted kernels' own time: the work around the tiles */
+    uint64_t vector_ns;                     /* the vector set's kernels run after them for the results */
+} amx_tally;
+void amx_tally_read(amx_tally *t);
+double amx_tally_tile_seconds(const amx_tally *a, const amx_tally *b);
+/* Whether this CPU (and its OS) runs k (the amx sets need AVX2 for the work around the tiles),
+ * and the best vector set it runs, chosen at run time (cpu.c). */
 int kernels_supported(const kernel_set *k);
 const kernel_set *kernels_best(void);
 /* A set by name ("scalar", "avx2", "avx512", "neon", "amx"), NULL when absent or unsupported
@@ -52,9 +66,9 @@ const kernel_set *kernels_find(const char *name);
  * none here (peak.c): the limit `bench` weighs each quant kernel against. */
 double kernels_int8_rate(const kernel_set *k);
 /* What linear() uses until told otherwise: the set $DSV41_KERNELS names when this CPU runs it,
- * else kernels_best(). */
+ * else amx where it runs on the tiles, else kernels_best(). */
 const kernel_set *kernels_default(void);
-/* The set linear() uses (default kernels_best()). */
+/* The set linear() uses (default kernels_default()). */
 void kernels_use(const kernel_set *k);
 const kernel_set *kernels_current(void);
 

@@ -47,7 +47,7 @@ TILE_TGT static int32_t tile_loop(void) {
     for (int i = 0; i < TILE_COUNT; i++) c.rows[i] = 16, c.colsb[i] = 64;
     _Alignas(64) static const int8_t ones[16][64] = {{1}};
     _Alignas(64) int32_t out[16][16];
-    TILE_STATE(ts);
+    TILE_STATE(ts, NULL);
     TILE_CONFIG(ts, &c);
     TILE_LOAD(ts, 4, ones, 64);
     TILE_LOAD(ts, 5, ones, 64);
