@@ -66,8 +66,8 @@ int dsv41_set_threads(int32_t n);
 
 /* The kernel set the projections run on: "scalar", "avx2", "avx512", "neon" or "amx" (x86-64: AMX
  * tiles, emulated where the CPU has none). NULL or "" takes $DSV41_KERNELS when it is set and not
- * empty, else the default: amx where the CPU has AMX tiles and Linux grants them (it runs them
- * only for the calls they win, the fastest vector set for the rest), else the fastest vector set.
+ * empty, else the default: the fastest vector set (amx, which runs the tiles only for the calls
+ * of many tokens and that set's kernels for the rest, is taken by name only).
  * Without a call, the first projection takes what a call with NULL would (an unknown
  * $DSV41_KERNELS then gives the fastest). Returns 0, or -1 with dsv41_error() for a set that is
  * unknown or that this CPU cannot run. Results do not depend on it: every set computes the same

@@ -4,10 +4,11 @@
  * and VBMI), each compiled with function-level target attributes and used only when the CPU
  * (and the OS, for the wider registers) supports it, and the amx set (amx.c), which runs on
  * every x86-64 CPU with AVX2: on the tile instructions where they exist, else on their
- * emulation. It is listed last; it is the default where the CPU and Linux give it the tiles
- * (there it runs the tiles only for the calls they win and the best vector set's kernels for
- * the rest, so no call is slower than on that set: amx.c), and taken by name only elsewhere,
- * where it is emulated and the slowest set. arm64 always has NEON. */
+ * emulation. It is listed last and taken by name only, even where the CPU has the tiles: it runs
+ * them only for the calls they win against the vector set and that set's kernels for the rest,
+ * but bench's model puts its 512-row fp8 kernel at about twice avx512's time on a Xeon (the
+ * per-block combines around the tiles dominate: docs/PERFORMANCE.md), so nothing yet says it
+ * wins a prefill there. arm64 always has NEON. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,18 +31,10 @@ const kernel_set *kernels_find(const char *name) {
     return NULL;
 }
 
-/* the set a process runs unless told otherwise: amx on the tiles, else the best vector set */
-static const kernel_set *kernels_fastest(void) {
-#if defined(__x86_64__)
-    if (kernels_supported(&kernels_amx) && amx_native()) return &kernels_amx;
-#endif
-    return kernels_best();
-}
-
 const kernel_set *kernels_default(void) {
     const char *name = getenv("DSV41_KERNELS");
     const kernel_set *k = name && *name ? kernels_find(name) : NULL;
-    return k ? k : kernels_fastest();
+    return k ? k : kernels_best();
 }
 
 int dsv41_kernels_emulated(const char *name) {
@@ -66,7 +59,7 @@ int32_t dsv41_kernel_sets(const char **names, int32_t cap) {
 int dsv41_set_kernels(const char *name) {
     if (!name || !*name) name = getenv("DSV41_KERNELS");
     if (!name || !*name) {
-        kernels_use(kernels_fastest());
+        kernels_use(kernels_best());
         return 0;
     }
     const kernel_set *k = kernels_find(name);
