@@ -20,7 +20,6 @@ static int has_f16c(void) {
 /* __builtin_cpu_supports also checks that the OS saves the wider registers */
 int kernels_supported(const kernel_set *k) {
     __builtin_cpu_init();
-    if (k == &kernels_amx || k == &kernels_amx_emulated || k == &kernels_amx_model) k = &kernels_avx2;
     if (k == &kernels_avx2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     if (k == &kernels_avx512)
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

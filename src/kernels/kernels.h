@@ -54,8 +54,8 @@ typedef struct {
 } amx_tally;
 void amx_tally_read(amx_tally *t);
 double amx_tally_tile_seconds(const amx_tally *a, const amx_tally *b);
-/* Whether this CPU (and its OS) runs k (the amx sets need AVX2 for the work around the tiles),
- * and the best vector set it runs, chosen at run time (cpu.c). */
+/* Whether this CPU (and its OS) runs the vector set k, and the best vector set it runs, chosen
+ * at run time (cpu.c). The amx set needs AVX2 for the work around its tiles (select.c asks). */
 int kernels_supported(const kernel_set *k);
 const kernel_set *kernels_best(void);
 /* A set by name ("scalar", "avx2", "avx512", "neon", "amx"), NULL when absent or unsupported

@@ -25,9 +25,18 @@ static const kernel_set *const ALL[] = {&kernels_scalar, &kernels_neon};
 static const kernel_set *const ALL[] = {&kernels_scalar};
 #endif
 
+/* Whether this CPU runs set k: the amx set needs AVX2 beside its tiles (or their emulation).
+ * Here rather than in cpu.c, which amx.c uses for its vector fallback: amx.o stays out of it. */
+static int set_runs(const kernel_set *k) {
+#if defined(__x86_64__)
+    if (k == &kernels_amx) k = &kernels_avx2;
+#endif
+    return kernels_supported(k);
+}
+
 const kernel_set *kernels_find(const char *name) {
     for (size_t i = 0; i < sizeof ALL / sizeof *ALL; i++)
-        if (!strcmp(ALL[i]->name, name)) return kernels_supported(ALL[i]) ? ALL[i] : NULL;
+        if (!strcmp(ALL[i]->name, name)) return set_runs(ALL[i]) ? ALL[i] : NULL;
     return NULL;
 }
 
@@ -49,7 +58,7 @@ int dsv41_kernels_emulated(const char *name) {
 int32_t dsv41_kernel_sets(const char **names, int32_t cap) {
     int32_t n = 0;
     for (size_t i = 0; i < sizeof ALL / sizeof *ALL; i++)
-        if (kernels_supported(ALL[i])) {
+        if (set_runs(ALL[i])) {
             if (n < cap) names[n] = ALL[i]->name;
             n++;
         }
@@ -69,7 +78,7 @@ int dsv41_set_kernels(const char *name) {
     }
     char list[64] = "";
     for (size_t i = 0; i < sizeof ALL / sizeof *ALL; i++)
-        if (kernels_supported(ALL[i])) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", *list ? " " : "", ALL[i]->name);
+        if (set_runs(ALL[i])) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", *list ? " " : "", ALL[i]->name);
     return set_error("no kernel set '%.40s' on this CPU (it runs: %s)", name, list);
 }
 
