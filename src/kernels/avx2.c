@@ -4,13 +4,15 @@
  * quant fp4 turns weights into the bytes 2w+12 and inputs into three signed base-256 digits of
  * 512x and sums exact byte products in int32 (vpmaddubsw cannot saturate here: 2 * 24 * 128 fits
  * 16 bits); quant fp8 keeps one block per lane and splits each product exactly into an integer
- * part (summed as bit patterns) and a remainder (summed in f32); dense uses f32 FMAs. AVX2 has
+ * part (summed as bit patterns) and a remainder (summed in f32); from MANY_T tokens both take
+ * 16-bit integer products with tokens in lanes instead (avx2_many.h); dense uses f32 FMAs. AVX2 has
  * no byte-masked loads, so a row's last partial vector is copied to a zeroed stack buffer.
  * Inputs outside the exact range and NaN weight codes go to the scalar kernel. */
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -460,11 +462,19 @@ INL int fp8_tile(const uint8_t *const rp[RT], int64_t pfd, int64_t bytes, int64_
 INL int fp8_usable(void) { return !(_mm_getcsr() & 0x0040); }
 
 #define DENSE_NAME avx2_dense
-#define QUANT_NAME avx2_quant
+#define QUANT_NAME avx2_quant_few
 #define QUANT_TT TT
 #define QUANT_FP8_CHUNK(T) FP8_CHUNK
 #define FP4_GROUP 32
 #include "drivers.h"
+
+#include "avx2_many.h"
+
+TGT static void avx2_quant(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
+                           int64_t xstride, float *y, int64_t ystride) {
+    const int many = T >= MANY_T && w->scale && w->cols > 0 && (w->type == DT_FP4 || (w->type == DT_E4M3 && fp8_usable()));
+    if (!many || !quant_many(w, r0, r1, x, xs, T, xstride, y, ystride)) avx2_quant_few(w, r0, r1, x, xs, T, xstride, y, ystride);
+}
 
 /* ================================================================ act_quant
  * as in avx512.c: (|v| + C) - C with C = 1.5 * 2^(e+20) rounds to the e4m3 grid */

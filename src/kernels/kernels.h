@@ -61,9 +61,10 @@ const kernel_set *kernels_best(void);
 /* A set by name ("scalar", "avx2", "avx512", "neon", "amx"), NULL when absent or unsupported
  * here (dsv41_set_kernels is the public way in). */
 const kernel_set *kernels_find(const char *name);
-/* The byte multiply-adds per second one thread does in a register-only loop of the instruction
- * k's integer products use (vpdpbusd for avx512, tdpbusd for amx on the tiles), or 0 where k has
- * none here (peak.c): the limit `bench` weighs each quant kernel against. */
+/* The integer multiply-adds per second one thread does in a register-only loop of the
+ * instruction k's integer products use (byte products: vpdpbusd for avx512, tdpbusd for amx on
+ * the tiles; 16-bit: vpmaddwd with its vpaddd for avx2), or 0 where k has none here (peak.c):
+ * the limit `bench` weighs each quant kernel against. */
 double kernels_int8_rate(const kernel_set *k);
 /* What linear() uses until told otherwise: the set $DSV41_KERNELS names when this CPU runs it,
  * else amx where it runs on the tiles, else kernels_best(). */

@@ -314,9 +314,10 @@ static double time_projections(const dsv41_model *m, int32_t streams) {
  * or a verify block (8, 16) and a prefill chunk, each call repeated with its weights in cache
  * (time_matrix), for the largest fp8 matrix of the first layer and the first routed expert's up
  * projection (fp4). Each is weighed against the instruction-bound rate of the set's integer
- * products measured in the same run on every thread (int8_peak), counting one byte
- * multiply-add per weight and row: the ratio says how far a kernel is from what its
- * instruction alone could do, however many products per weight its exact sums take. */
+ * products measured in the same run on every thread (int8_peak), counting one product (bytes,
+ * or 16-bit integers for avx2's vpmaddwd) per weight and row: the ratio says how far a kernel is
+ * from what its instruction alone could do, however many products per weight its exact sums
+ * take (avx2's many-token kernels: 2 for fp8, 1 for fp4). */
 enum { KT_COUNTS = 4 };
 
 typedef struct {
@@ -429,8 +430,9 @@ static void print_kernels(const kernel_timing *kt, int n, double peak, int json,
         return;
     }
     if (peak > 0)
-        fprintf(out, "  quant kernels (%s, weights in cache), against %s at %.1f G byte multiply-adds/s:\n", set,
-                strcmp(set, "amx") ? "vpdpbusd" : "tdpbusd", peak / 1e9);
+        fprintf(out, "  quant kernels (%s, weights in cache), against %s at %.1f G %s multiply-adds/s:\n", set,
+                !strcmp(set, "amx") ? "tdpbusd" : !strcmp(set, "avx2") ? "vpmaddwd + vpaddd" : "vpdpbusd", peak / 1e9,
+                !strcmp(set, "avx2") ? "16-bit" : "byte");
     else
         fprintf(out, "  quant kernels (%s, weights in cache; this set has no integer instruction to weigh them against):\n", set);
     for (int i = 0; i < n; i++)
