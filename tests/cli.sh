@@ -288,7 +288,7 @@ sys.exit(not (p["streams"] == 3 and p["tokens_per_s"] > 0 and p["speedup"] > 0 a
               abs(p["projections_alone_speedup"] / (3 * a[0] / a[1]) - 1) < 1e-3))' &&
     ok || bad "bench --parallel 3 --json: '$out'"
 printf '%s' "$out" | python3 -c 'import json, sys; k = json.load(sys.stdin)["kernels"]
-sys.exit(not (k["set"] == sys.argv[1] and k["matrices"] == [] and (sys.argv[1] != "avx512" or k["int8_peak_macs"] > 0)))' \
+sys.exit(not (k["set"] == sys.argv[1] and k["matrices"] == [] and (sys.argv[1] not in ("avx512", "avx2") or k["int8_peak_macs"] > 0)))' \
     "$("$dsv41" kernels 2>/dev/null | tr ' ' '\n' | sed -n 's/\*$//p')" && ok || bad "bench --json: the kernels of a bf16 model: '$out'"
 # the table on an fp8 model: the quant kernels at 1, 8, 16 rows and the prefill's, fp8 and fp4
 "$dsv41" synth --config "$tmp/tiny.json" --dtype fp8 -o "$tmp/b8" >/dev/null 2>&1 || bad "synth the fp8 bench model"
@@ -301,6 +301,14 @@ for ty in fp8 fp4; do
     [ "$(printf '%s\n' "$out" | grep -cE "^    $ty +[0-9]+x[0-9]+ +(1 row |8 rows|16 rows|[0-9]+ rows): +[0-9.]+ ms +[0-9.]+ G MAC/s")" -eq 4 ] &&
         ok || bad "bench: the $ty kernel at four row counts: '$out'"
 done
+# avx2 and avx512 weigh their kernels against their integer instruction's measured rate
+case "$("$dsv41" kernels 2>/dev/null | tr ' ' '\n' | sed -n 's/\*$//p')" in
+avx2) limit='vpmaddwd \+ vpaddd at [0-9.]+ G 16-bit' ;;
+avx512) limit='vpdpbusd at [0-9.]+ G byte' ;;
+*) limit='' ;;
+esac
+[ -z "$limit" ] || printf '%s\n' "$out" | grep -qE "^  quant kernels \(.*, weights in cache\), against $limit multiply-adds/s:$" &&
+    ok || bad "bench: the kernels' limit line ($limit): '$out'"
 expect_error "bench --parallel 0" "$dsv41" bench -m "$tmp/bm" --parallel 0
 # bench --ctx: a prefill of each length, the decode after it and the peak memory of each
 out=$("$dsv41" bench -m "$tmp/bm" -t 2 --ctx 64,300 --json 2>/dev/null)
