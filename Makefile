@@ -208,8 +208,11 @@ test: all $(TESTS) $(EXAMPLES) $(NODE_PACKAGES) layers
 layers: $(LIB_OBJ)
 	@tools/layers.sh $(filter-out $(BUILD)/tiny_model.o,$(LIB_OBJ))
 
-# Any error report fails the run: UBSan stops at its first finding instead of carrying on.
-SANITIZE_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+# Any error report fails the run: UBSan stops at its first finding instead of carrying on. -O2,
+# not -O1: every access is instrumented all the same, and the suite's forwards (the kernels) ran
+# about 1.5x faster (test_spec: 64 s of CPU against 97, 2026-12-07), which pays for the longer
+# compile many times over.
+SANITIZE_FLAGS = -O2 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 TSAN_FLAGS = -O1 -g -fsanitize=thread
 
 # (a test's time limit in tests/run.sh grows with the sanitizers' slowdown, unless one is given)
