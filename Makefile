@@ -216,14 +216,16 @@ SANITIZE_FLAGS = -O2 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fn
 TSAN_FLAGS = -O1 -g -fsanitize=thread
 
 # (a test's time limit in tests/run.sh grows with the sanitizers' slowdown, unless one is given)
-# serve_long.sh is left out there, for CI's time: its 16,450-position state, copied, saved and loaded,
-# runs under the sanitizers in test_long, and the server's paths to it in serve_slots.sh; and
-# serve_structured.sh asks one seed per case instead of 4 to 6 (DSV41_TEST_SEEDS): every route,
-# schema and client still runs, and the sanitized server's first masks on the real vocabulary are
-# what took it past ten minutes
+# Left out there, for CI's time: serve_long.sh (its 16,450-position state, copied, saved and
+# loaded, runs under the sanitizers in test_long, and the server's paths to it in serve_slots.sh),
+# and runner.sh and links.sh, which check tests/run.sh and the docs' links and run no build of
+# ours. The structured-output tests ask one seed per case instead of 4 to 6 (DSV41_TEST_SEEDS):
+# serve_structured.sh and cli_structured.sh still run every route, schema, grammar, client and
+# --draft path once, and each sanitized reply on the real vocabulary costs seconds
+SANITIZE_SKIP = tests/serve_long.sh tests/runner.sh tests/links.sh
 sanitize:
 	DSV41_TEST_SEEDS=$${DSV41_TEST_SEEDS:-1} DSV41_TEST_TIMEOUT=$${DSV41_TEST_TIMEOUT:-3600} $(MAKE) BUILD=build/asan PROGRAM=build/asan/dsv41 CFLAGS="$(SANITIZE_FLAGS)" \
-	    TEST_SCRIPTS="$(filter-out tests/serve_long.sh,$(TEST_SCRIPTS))" test
+	    TEST_SCRIPTS="$(filter-out $(SANITIZE_SKIP),$(TEST_SCRIPTS))" test
 
 tsan:
 	DSV41_TEST_TIMEOUT=$${DSV41_TEST_TIMEOUT:-3600} $(MAKE) BUILD=build/tsan PROGRAM=build/tsan/dsv41 CFLAGS="$(TSAN_FLAGS)" test
