@@ -1,8 +1,7 @@
 #!/bin/sh
 # neon.sh - the NEON kernel set on an x86 machine: the kernel tests and the whole-forward
 # comparison across kernel sets, cross-built for arm64 (make build/aarch64/test_*) and run under
-# qemu-user, where the sets are scalar and neon; and the pool's stress test (test_pool), whose
-# sleep/wake handshakes arm64 orders more loosely than x86. Without the cross compiler or qemu-aarch64 it
+# qemu-user, where the sets are scalar and neon. Without the cross compiler or qemu-aarch64 it
 # says so and counts nothing (.ci/run installs both). On an arm64 machine the ordinary tests
 # already run the NEON set. Prints "N passed, N failed".
 . "$(dirname "$0")/lib.sh"
