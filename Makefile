@@ -256,7 +256,7 @@ build/fuzz/%.o: src/%.c $(LIB_HDR) $(PUB_HDR) | build/fuzz
 
 # the SIMD kernel sets take minutes of CPU to compile under the sanitizers and only ever see
 # shapes the loader checked: they are built uninstrumented here
-build/fuzz/kernels/avx2.o build/fuzz/kernels/avx512.o build/fuzz/kernels/neon.o: FUZZ_SAN =
+build/fuzz/kernels/avx2.o build/fuzz/kernels/avx2_many.o build/fuzz/kernels/avx512.o build/fuzz/kernels/neon.o: FUZZ_SAN =
 
 build/fuzz/tiny_model.o: build/tiny_model.c | build/fuzz
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@

@@ -5,37 +5,20 @@
  * 512x and sums exact byte products in int32 (vpmaddubsw cannot saturate here: 2 * 24 * 128 fits
  * 16 bits); quant fp8 keeps one block per lane and splits each product exactly into an integer
  * part (summed as bit patterns) and a remainder (summed in f32); from MANY_T tokens both take
- * 16-bit integer products with tokens in lanes instead (avx2_many.h); dense uses f32 FMAs. AVX2 has
+ * 16-bit integer products with tokens in lanes instead (avx2_many.c); dense uses f32 FMAs. AVX2 has
  * no byte-masked loads, so a row's last partial vector is copied to a zeroed stack buffer.
  * Inputs outside the exact range and NaN weight codes go to the scalar kernel. */
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
 #include "tile.h"
 #include "numerics.h"
+#include "avx2.h"
 
-#define TGT __attribute__((target("avx2,fma,f16c")))
-#define INL static inline __attribute__((always_inline)) TGT
-
-/* n (0..32) bytes from p, zero-filled to 32 */
-INL __m256i load_partial(const uint8_t *p, int64_t n) {
-    _Alignas(32) uint8_t buf[32] = {0};
-    if (n > 0) memcpy(buf, p, (size_t)(n < 32 ? n : 32));
-    return _mm256_load_si256((const __m256i *)buf);
-}
-
-/* n (0..8) floats from p, zero-filled to 8 */
-INL __m256 loadf_partial(const float *p, int64_t n) {
-    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    if (n <= 0) return _mm256_setzero_ps();
-    if (n >= 8) return _mm256_loadu_ps(p);
-    return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), idx));
-}
 
 INL __m256 e8m0_ps(__m256i c) {
     __m256i v = _mm256_slli_epi32(c, 23);
@@ -94,12 +77,6 @@ INL __m256 e2m1_8(__m256i c) {
     __m256 v = _mm256_permutevar8x32_ps(mag, c);
     __m256i sign = _mm256_and_si256(_mm256_slli_epi32(c, 28), _mm256_set1_epi32((int)0x80000000u));
     return _mm256_or_ps(v, _mm256_castsi256_ps(sign));
-}
-
-/* 16 bytes (zero past n) */
-INL __m128i bytes16(const uint8_t *p, int64_t n) {
-    if (n >= 16) return _mm_loadu_si128((const __m128i *)p);
-    return _mm256_castsi256_si128(load_partial(p, n));
 }
 
 /* Rows rp[0..nr-1] of a tile against tokens xp[0..nt-1], 16 columns at a time in two vectors, so
@@ -468,12 +445,10 @@ INL int fp8_usable(void) { return !(_mm_getcsr() & 0x0040); }
 #define FP4_GROUP 32
 #include "drivers.h"
 
-#include "avx2_many.h"
-
 TGT static void avx2_quant(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
                            int64_t xstride, float *y, int64_t ystride) {
     const int many = T >= MANY_T && w->scale && w->cols > 0 && (w->type == DT_FP4 || (w->type == DT_E4M3 && fp8_usable()));
-    if (!many || !quant_many(w, r0, r1, x, xs, T, xstride, y, ystride)) avx2_quant_few(w, r0, r1, x, xs, T, xstride, y, ystride);
+    if (!many || !avx2_many_quant(w, r0, r1, x, xs, T, xstride, y, ystride)) avx2_quant_few(w, r0, r1, x, xs, T, xstride, y, ystride);
 }
 
 /* ================================================================ act_quant

@@ -1,5 +1,6 @@
-/* avx2_many.h - avx2.c's quant kernels for calls of many tokens (a prefill, an expert with
- * several picks), included by avx2.c after its drivers with its TGT, INL and helpers.
+/* avx2_many.c - the AVX2 set's quant kernels for calls of many tokens (a prefill, an expert
+ * with several picks); avx2.c hands them every call of MANY_T tokens or more (avx2.h), and its
+ * own tiles take what this returns. A file of its own so that it compiles beside avx2.c.
  *
  * The few-token tiles spend five instructions per 8 products (fp8) because AVX2 has no byte
  * dot product that keeps an exact sum cheaply. With many tokens both sides can become 16-bit
@@ -24,8 +25,14 @@
  * by 2 groups, which keeps its int32 sums, the two input vectors and a broadcast weight in the
  * 16 registers. Sums of a row and token live in y between column chunks. */
 
+#if defined(__x86_64__)
+#include <stdlib.h>
+
+#include "avx2.h"
+#include "numerics.h"
+#include "tile.h"
+
 enum {
-    MANY_T = 10,    /* tokens from which a call takes this path (below it, the few-token tiles are as fast) */
     MANY_TC = 128,  /* tokens per prepared chunk */
     MANY_CK = 2048, /* columns per chunk: 64 blocks, 1024 pairs */
     MANY_RB = 16,   /* rows per decoded block */
@@ -248,9 +255,8 @@ INL void sums_store(float *y, int64_t ystride, int64_t T, int64_t t0, int64_t g,
     }
 }
 
-/* The quant kernel for T >= MANY_T (see the top): returns 0, leaving y to be written again,
- * where the call needs avx2_quant_few (an input out of range, a NaN code, no memory). */
-TGT static int quant_many(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
+/* avx2.h: from MANY_T tokens, or 0 to leave the call to the few-token tiles */
+TGT int avx2_many_quant(const weight *w, int64_t r0, int64_t r1, const float *x, const float *xs, int64_t T,
                           int64_t xstride, float *y, int64_t ystride) {
     enum { NG = (MANY_TC + 15) / 16 * 2, NP = MANY_CK / 2, NB = NP / 16 };
     const int fp4 = w->type == DT_FP4, R = fp4 ? 4 : 2, dw = fp4 ? 1 : 2; /* rows per tile, dwords per pair */
@@ -295,3 +301,5 @@ TGT static int quant_many(const weight *w, int64_t r0, int64_t r1, const float *
     free(mem);
     return ok;
 }
+
+#endif
