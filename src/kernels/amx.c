@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "avx2.h"
 #include "kernels.h"
 #include "numerics.h"
 #include "scratch.h"
@@ -127,10 +128,7 @@ AMX_VEC static int amx_prepare(const float *x, int64_t xstride, int64_t T, int64
             for (int q = 0; q < 4; q++) {
                 const int64_t n = cols - c0 - 8 * q; /* inputs left in the row from this vector */
                 const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n < 8 ? (n > 0 ? n : 0) : 8)), lane);
-                const __m256 f = _mm256_mul_ps(_mm256_maskload_ps(x + t * xstride + c0 + 8 * q, m), _mm256_set1_ps(512.0f));
-                const __m256i kk = _mm256_cvtps_epi32(f);
-                bad = _mm256_or_si256(bad, _mm256_castps_si256(_mm256_cmp_ps(_mm256_cvtepi32_ps(kk), f, _CMP_NEQ_UQ)));
-                bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(_mm256_abs_epi32(kk), _mm256_set1_epi32(AMX_K_MAX)));
+                const __m256i kk = to_k(_mm256_maskload_ps(x + t * xstride + c0 + 8 * q, m), AMX_K_MAX, &bad);
                 amx_split(kk, &lo[q], &hi[q], &rr[q]);
                 any = _mm256_or_si256(any, rr[q]);
             }

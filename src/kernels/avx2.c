@@ -65,11 +65,6 @@ INL __m128 load_rows(const float *y, int nr) {
 
 /* ================================================================ dense */
 
-/* 8 e4m3 bytes -> f32 values (e4m3 * 2^-8 as f16 patterns, converted exactly, times 256) */
-INL __m256 e4m3_8(__m128i b) {
-    __m128i h = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(b), 7), _mm_set1_epi16((short)0xBFFF));
-    return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
-}
 
 /* e2m1 codes in the low 4 bits of each lane -> f32 */
 INL __m256 e2m1_8(__m256i c) {
@@ -182,22 +177,6 @@ typedef union {
     fp8_prep p8;
 } prep_u;
 
-/* clang-format off */
-static const uint8_t FP4_LUT[32] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
-                                    12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
-/* clang-format on */
-
-/* 8 inputs as k = 512x; clears *ok unless each is an integer k with |k| <= 2^21 */
-INL __m256i to_k(__m256 v, __m256i *bad) {
-    __m256 f = _mm256_mul_ps(v, _mm256_set1_ps(512.0f));
-    __m256i k = _mm256_cvtps_epi32(f);
-    __m256i b = _mm256_castps_si256(_mm256_cmp_ps(_mm256_cvtepi32_ps(k), f, _CMP_NEQ_UQ));
-    b = _mm256_or_si256(b, _mm256_cmpgt_epi32(_mm256_abs_epi32(k), _mm256_set1_epi32(1 << 21)));
-    b = _mm256_or_si256(b, _mm256_cmpeq_epi32(k, _mm256_set1_epi32(INT32_MIN)));
-    *bad = _mm256_or_si256(*bad, b);
-    return k;
-}
-
 /* 8 int32 lanes -> 8 bytes at p (truncating) */
 INL void store8(int8_t *p, __m256i v) {
     const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12, -1,
@@ -236,8 +215,8 @@ INL int fp4_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0,
             for (int h = 0; h < 2; h++) { /* 16 inputs -> 8 even, 8 odd */
                 __m256 lo = _mm256_permutevar8x32_ps(loadf_partial(xt + c + 16 * h, cols - c - 16 * h), ie);
                 __m256 hi = _mm256_permutevar8x32_ps(loadf_partial(xt + c + 16 * h + 8, cols - c - 16 * h - 8), ie);
-                ke[h] = to_k(_mm256_permute2f128_ps(lo, hi, 0x20), &bad);
-                ko[h] = to_k(_mm256_permute2f128_ps(lo, hi, 0x31), &bad);
+                ke[h] = to_k(_mm256_permute2f128_ps(lo, hi, 0x20), 1 << 21, &bad);
+                ko[h] = to_k(_mm256_permute2f128_ps(lo, hi, 0x31), 1 << 21, &bad);
                 to_digits(ke[h], &p->dig[g][0][16 * q + 8 * h], &p->dig[g][2][16 * q + 8 * h],
                           &p->dig[g][4][16 * q + 8 * h]);
                 to_digits(ko[h], &p->dig[g][1][16 * q + 8 * h], &p->dig[g][3][16 * q + 8 * h],
@@ -330,11 +309,7 @@ INL int fp8_prepare(const float *xt, const float *xst, int64_t cols, int64_t b0,
         const int64_t base = 32 * (b0 + 8 * sb);
         for (int k = 0; k < 32; k++) {
             __m256 v = loadf_partial(xt + base + 8 * k, cols - base - 8 * k);
-            __m256 f = _mm256_mul_ps(v, _mm256_set1_ps(512.0f));
-            __m256i kk = _mm256_cvtps_epi32(f);
-            __m256i b = _mm256_castps_si256(_mm256_cmp_ps(_mm256_cvtepi32_ps(kk), f, _CMP_NEQ_UQ));
-            b = _mm256_or_si256(b, _mm256_cmpgt_epi32(_mm256_abs_epi32(kk), _mm256_set1_epi32(1 << 18)));
-            bad = _mm256_or_si256(bad, _mm256_or_si256(b, _mm256_cmpeq_epi32(kk, _mm256_set1_epi32(INT32_MIN))));
+            to_k(v, 1 << 18, &bad);
             _mm256_store_ps(tmp + 8 * k, _mm256_mul_ps(v, _mm256_set1_ps(0x1p112f)));
         }
         /* element 32(4G+m) + 16L + 4s + q goes to [G][s][q][4L+m] */

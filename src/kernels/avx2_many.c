@@ -61,10 +61,7 @@ INL int many_prepare(const float *x, const float *xs, int64_t xstride, int64_t n
                 for (int q = 0; q < 4; q++) { /* 8 columns: 4 pairs */
                     const int64_t c = 32 * (b0 + b) + 8 * q, p = 16 * b + 4 * q;
                     __m256 v = t < nt ? loadf_partial(x + t * xstride + c, cols - c) : _mm256_setzero_ps();
-                    __m256 f = _mm256_mul_ps(v, _mm256_set1_ps(512.0f));
-                    __m256i k = _mm256_cvtps_epi32(f);
-                    bad = _mm256_or_si256(bad, _mm256_castps_si256(_mm256_cmp_ps(_mm256_cvtepi32_ps(k), f, _CMP_NEQ_UQ)));
-                    bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(_mm256_abs_epi32(k), _mm256_set1_epi32(448 * 512)));
+                    __m256i k = to_k(v, 448 * 512, &bad);
                     __m256i kp = _mm256_srai_epi32(k, 3), r = _mm256_and_si256(k, _mm256_set1_epi32(7));
                     any = _mm256_or_si256(any, r);
                     _Alignas(16) int32_t pk[4], pr[4];
@@ -91,9 +88,8 @@ INL int many_decode(const weight *w, int64_t r, int64_t b0, int64_t np, int32_t 
     const uint8_t *sp = w->scale + (r / w->scale_rows) * nb + b0;
     for (int64_t b = 0; b < np / 16; b++) ws[b] = e8m0_to_f32(sp[b]);
     if (w->type == DT_FP4) {
-        static const int8_t TWO_W[32] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
-                                         0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-        const __m256i lut = _mm256_loadu_si256((const __m256i *)TWO_W), m4 = _mm256_set1_epi8(15);
+        const __m256i m4 = _mm256_set1_epi8(15), /* code -> 2w */
+            lut = _mm256_sub_epi8(_mm256_loadu_si256((const __m256i *)FP4_LUT), _mm256_set1_epi8(12));
         const int64_t rowbytes = (cols + 1) / 2, c0 = 16 * b0; /* a pair is a byte */
         const uint8_t *p = (const uint8_t *)w->data + r * rowbytes + c0;
         for (int64_t i = 0; i < np; i += 32) {
@@ -117,11 +113,9 @@ INL int many_decode(const weight *w, int64_t r, int64_t b0, int64_t np, int32_t 
     for (int64_t i = 0; i < 2 * np; i += 16) {
         __m128i b = bytes16(p + i, cols - c0 - i);
         nan = _mm_max_epu8(nan, _mm_or_si128(b, _mm_set1_epi8((char)0x80)));
-        /* e4m3 * 2^-8 as f16 patterns (see e4m3_8), so W = 512w = f16 value * 2^17 */
-        __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7), _mm256_set1_epi16((short)0xBFFF));
-        for (int half = 0; half < 2; half++) {
-            __m128i h8 = half ? _mm256_extracti128_si256(h, 1) : _mm256_castsi256_si128(h);
-            __m256i W = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_cvtph_ps(h8), _mm256_set1_ps(131072.0f)));
+        for (int half = 0; half < 2; half++) { /* W = 512w, exactly */
+            __m256 v = e4m3_8(half ? _mm_unpackhi_epi64(b, b) : b);
+            __m256i W = _mm256_cvtps_epi32(_mm256_mul_ps(v, _mm256_set1_ps(512.0f)));
             __m256i hl = _mm256_packs_epi32(_mm256_srai_epi32(W, 7), _mm256_and_si256(W, _mm256_set1_epi32(127)));
             _mm256_store_si256((__m256i *)(out + i + 8 * half), _mm256_permutevar8x32_epi32(hl, order));
         }
